@@ -1,0 +1,27 @@
+"""Shared pieces of the command-line entry points: one clear line and exit 2 for bad input."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+from arith.errors import ConfigError
+
+
+def fail(message: str) -> NoReturn:
+    """Print one line to stderr and exit with status 2 (a user's mistake, not a crash)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run_main(main: Callable[[], int | None]) -> None:
+    """Run ``main`` so a ConfigError becomes one line and exit 2, never a traceback."""
+    try:
+        code = main()
+    except ConfigError as err:
+        fail(str(err))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    raise SystemExit(code or 0)

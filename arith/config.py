@@ -1,0 +1,132 @@
+"""The run config: one frozen dataclass per concern, composed; YAML and ``--set`` loading.
+
+YAML maps 1:1 onto the dataclasses, so ``model.n_layer`` names the same field in a config file,
+a ``--set`` override, a sweep's search space, an MLflow parameter and a table column::
+
+    task: {name: addition, n_digits: 4, operand_lengths: fixed}
+    format: {name: plain}
+    model: {n_layer: 4, d_model: 128, n_head: 4}
+    train: {max_steps: 3000, batch_size: 128}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from arith import dataconf
+from arith.data import DataConfig
+from arith.errors import ConfigError, require
+from arith.formats import FormatConfig
+from arith.model import ModelConfig
+from arith.optim import OptimConfig
+from arith.tasks import TaskConfig
+from arith.trainer import TrainConfig
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one training run needs; nothing else (no tracking URIs, no sweep settings)."""
+
+    task: TaskConfig = field(default_factory=TaskConfig)
+    format: FormatConfig = field(default_factory=FormatConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        fmt, task, pos = self.format.name, self.task.name, self.model.position
+        require(
+            not (pos == "abacus" and fmt == "base100"),
+            "model.position",
+            "abacus counts single digits, so it cannot be used with format.name=base100; "
+            "use learned, rope or none",
+        )
+        require(
+            not (fmt in ("carry_trace", "base100") and task == "sorting"),
+            "format.name",
+            f"{fmt!r} has no encoding for sorting; use plain or reversed",
+        )
+        require(
+            not (self.data.ood_spacing and fmt != "plain"),
+            "data.ood_spacing",
+            f"the spaced OOD set tests a model trained on plain, but format.name is {fmt!r}",
+        )
+        require(
+            not (self.data.longer_n_digits and task in ("modular", "multi_op")),
+            "data.longer_n_digits",
+            f"task {task!r} has fixed operand sizes; longer operands need addition, "
+            "multiplication or sorting",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataconf.to_dict(self)
+
+    def flat(self) -> dict[str, Any]:
+        """Dotted paths to values: ``{"model.n_layer": 2, ...}``."""
+        return dataconf.flatten(self.to_dict())
+
+
+def from_dict(data: dict[str, Any] | None) -> RunConfig:
+    """A RunConfig from nested plain data; raises ConfigError naming the bad dotted path."""
+    return dataconf.from_dict(RunConfig, data or {})
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """A config file's contents as nested dicts (``yaml.safe_load``: specs are data, not code)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError("config", f"cannot read {str(path)!r}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError("config", f"{path}{where} is not valid YAML") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError("config", f"{path} must hold a mapping, but holds {type(data).__name__}")
+    return data
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"model.n_layer=4"`` -> ``("model.n_layer", 4)``; the value is read as YAML."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError("--set", f"expected dotted.key=value, but got {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of ``data`` with each ``dotted.key=value`` applied."""
+    out = _deep_copy(data)
+    for text in overrides:
+        key, value = parse_override(text)
+        dataconf.set_dotted(out, key, value)
+    return out
+
+
+def load(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """The RunConfig of a YAML file (or the defaults) with ``--set`` overrides applied."""
+    data = load_yaml(path) if path is not None else {}
+    return from_dict(apply_overrides(data, list(overrides)))
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(v) for v in data]
+    return data

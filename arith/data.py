@@ -1,0 +1,238 @@
+"""Splits that never share a problem, training batches, and the evaluation sets.
+
+Small problem spaces (modular arithmetic, 3-digit multi-op, addition up to k=3) are enumerated
+and every problem is assigned to exactly one split. Huge spaces (20-digit addition) are sampled,
+and a problem is kept for a split only if its key hashes there, so no problem can reach two
+splits whatever the sample sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from arith import tasks
+from arith.errors import require
+from arith.formats import Encoded, Format, FormatConfig, build_format
+from arith.tasks import Problems, TaskConfig
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which problems a run trains and evaluates on."""
+
+    train_size: int | None = None
+    """A fixed training set of this many problems; ``None``: the whole training split of a small
+    space, or fresh problems every step for a huge one."""
+    val_size: int = 1000
+    """Validation problems (evaluated every ``train.eval_every`` steps); capped by the split."""
+    test_size: int = 2000
+    """Held-out test problems, evaluated once at the end; capped by the split."""
+    val_fraction: float = 0.15
+    """Share of the problem space held out for validation (seed 003: 70/15/15)."""
+    test_fraction: float = 0.15
+    """Share of the problem space held out for testing."""
+    ood_spacing: bool = False
+    """Also evaluate on test problems in the spaced format, ``"1 234 + 5 678="`` (seed 000)."""
+    longer_n_digits: tuple[int, ...] | None = None
+    """``[lo, hi]``: also evaluate on operands of lo..hi digits, longer than trained (seed 001)."""
+    longer_size: int = 500
+    """Problems in the longer-operand set."""
+    edge_cases: bool = True
+    """Also evaluate on carry edge cases such as ``999999 + 1`` where the task has them."""
+    seed: int | None = None
+    """Seed of the split and the evaluation sets; ``None`` follows ``train.seed``."""
+
+    def __post_init__(self) -> None:
+        require(
+            self.train_size is None or self.train_size >= 1,
+            "data.train_size",
+            f"must be >= 1 or null, but got {self.train_size}",
+        )
+        require(self.val_size >= 1, "data.val_size", f"must be >= 1, but got {self.val_size}")
+        require(self.test_size >= 1, "data.test_size", f"must be >= 1, but got {self.test_size}")
+        for name in ("val_fraction", "test_fraction"):
+            value = getattr(self, name)
+            require(0.0 < value < 1.0, f"data.{name}", f"must be in (0, 1), but got {value}")
+        require(
+            self.val_fraction + self.test_fraction < 1.0,
+            "data.test_fraction",
+            f"val_fraction + test_fraction must leave room for training, "
+            f"but they add up to {self.val_fraction + self.test_fraction}",
+        )
+        if self.longer_n_digits is not None:
+            lo_hi = self.longer_n_digits
+            require(
+                len(lo_hi) == 2 and 1 <= lo_hi[0] <= lo_hi[1] <= 200,
+                "data.longer_n_digits",
+                f"expected [lo, hi] with 1 <= lo <= hi <= 200, but got {list(lo_hi)}",
+            )
+        require(self.longer_size >= 1, "data.longer_size", f"must be >= 1, got {self.longer_size}")
+
+
+@dataclass
+class Dataset:
+    """The problems of one run: a training source and named evaluation sets."""
+
+    task: TaskConfig
+    format: Format
+    train_pool: Problems | None
+    """Fixed training problems, or ``None`` when training draws fresh problems each step."""
+    eval_sets: dict[str, Problems] = field(default_factory=dict)
+    """``val``, ``test`` and extras (``ood``, ``longer``, ``edge``) by name."""
+    eval_formats: dict[str, Format] = field(default_factory=dict)
+    """A set's own format where it differs from the training one (``ood`` is spaced)."""
+    split_salt: int = 0
+
+    def format_of(self, name: str) -> Format:
+        return self.eval_formats.get(name, self.format)
+
+    def max_seq_len(self) -> int:
+        """Longest sequence any set can produce: the model's context length."""
+        lengths = [self.format.max_seq_len()]
+        for name, problems in self.eval_sets.items():
+            widest = int(problems.operand_len.max()) if len(problems) else 1
+            lengths.append(self.format_of(name).max_seq_len(max(widest, self.task.n_digits)))
+        return max(lengths)
+
+
+def split_of(keys: np.ndarray, salt: int, val_fraction: float, test_fraction: float) -> np.ndarray:
+    """Split index (0 train, 1 val, 2 test) of each problem key, a pure function of key and salt."""
+    h = _mix64(keys.astype(np.uint64) ^ np.uint64(salt & 0xFFFFFFFFFFFFFFFF))
+    u = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return np.where(
+        u < 1.0 - val_fraction - test_fraction, 0, np.where(u < 1.0 - test_fraction, 1, 2)
+    )
+
+
+def build_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: int) -> Dataset:
+    """Splits and evaluation sets, deterministic in ``data.seed`` (or the run's ``seed``)."""
+    data_seed = seed if data.seed is None else data.seed
+    rng = np.random.default_rng([data_seed, 1])
+    salt = int(np.random.default_rng([data_seed, 2]).integers(0, 2**63))
+    dataset = Dataset(task=task, format=build_format(fmt, task), train_pool=None, split_salt=salt)
+    if tasks.space_size(task) is not None:
+        splits = _enumerated_splits(task, data, rng)
+        train = splits["train"]
+        if data.train_size is not None and data.train_size < len(train):
+            train = train.take(rng.permutation(len(train))[: data.train_size])
+        dataset.train_pool = train
+        dataset.eval_sets["val"] = splits["val"].take(
+            np.arange(min(data.val_size, len(splits["val"])))
+        )
+        dataset.eval_sets["test"] = splits["test"].take(
+            np.arange(min(data.test_size, len(splits["test"])))
+        )
+    else:
+        if data.train_size is not None:
+            dataset.train_pool = sample_split(task, data, salt, 0, data.train_size, rng)
+        dataset.eval_sets["val"] = sample_split(task, data, salt, 1, data.val_size, rng)
+        dataset.eval_sets["test"] = sample_split(task, data, salt, 2, data.test_size, rng)
+    if data.ood_spacing:
+        dataset.eval_sets["ood"] = dataset.eval_sets["test"]
+        dataset.eval_formats["ood"] = build_format(FormatConfig(name="spaced"), task)
+    if data.longer_n_digits is not None:
+        lo, hi = data.longer_n_digits
+        dataset.eval_sets["longer"] = tasks.sample(task, data.longer_size, rng, n_digits=(lo, hi))
+    edge = tasks.edge_cases(task) if data.edge_cases else None
+    if edge is not None and len(edge):
+        dataset.eval_sets["edge"] = edge
+    return dataset
+
+
+def sample_split(
+    task: TaskConfig, data: DataConfig, salt: int, split: int, n: int, rng: np.random.Generator
+) -> Problems:
+    """``n`` random problems whose keys hash to ``split``, by rejection."""
+    share = (1.0 - data.val_fraction - data.test_fraction, data.val_fraction, data.test_fraction)
+    parts, have = [], 0
+    while have < n:
+        batch = tasks.sample(task, int((n - have) / share[split] * 1.2) + 16, rng)
+        keep = split_of(batch.keys(), salt, data.val_fraction, data.test_fraction) == split
+        parts.append(batch.take(np.flatnonzero(keep)))
+        have += int(keep.sum())
+    return Problems.concat(parts).take(np.arange(n))
+
+
+def _enumerated_splits(
+    task: TaskConfig, data: DataConfig, rng: np.random.Generator
+) -> dict[str, Problems]:
+    """Every problem of a small space, shuffled and cut into exact fractions."""
+    everything = tasks.enumerate_all(task)
+    order = rng.permutation(len(everything))
+    n_val = round(len(order) * data.val_fraction)
+    n_test = round(len(order) * data.test_fraction)
+    n_train = len(order) - n_val - n_test
+    return {
+        "train": everything.take(order[:n_train]),
+        "val": everything.take(order[n_train : n_train + n_val]),
+        "test": everything.take(order[n_train + n_val :]),
+    }
+
+
+class BatchSource:
+    """Training batches as tensors: epochs over a fixed pool, or a fresh stream of problems.
+
+    Its whole state is an RNG and a cursor, saved in checkpoints so a resumed run sees the same
+    batches.
+    """
+
+    def __init__(self, dataset: Dataset, data: DataConfig, batch_size: int, seed: int) -> None:
+        self.dataset, self.data, self.batch_size = dataset, data, batch_size
+        self.rng = np.random.default_rng([seed, 3])
+        self.order: np.ndarray | None = None
+        self.cursor = 0
+
+    def next_problems(self) -> Problems:
+        pool = self.dataset.train_pool
+        if pool is None:
+            return sample_split(
+                self.dataset.task, self.data, self.dataset.split_salt, 0, self.batch_size, self.rng
+            )
+        index = []
+        need = self.batch_size
+        while need > 0:
+            if self.order is None or self.cursor >= len(self.order):
+                self.order, self.cursor = self.rng.permutation(len(pool)), 0
+            chunk = self.order[self.cursor : self.cursor + need]
+            self.cursor += len(chunk)
+            need -= len(chunk)
+            index.append(chunk)
+        return pool.take(np.concatenate(index))
+
+    def next_batch(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(inputs, targets, loss_mask)`` on ``device``; targets are inputs shifted by one."""
+        encoded = self.dataset.format.encode(self.next_problems())
+        return to_tensors(encoded, self.dataset.format.config.mask_first_n, device)
+
+    def state_dict(self) -> dict:
+        return {
+            "rng": self.rng.bit_generator.state,
+            "order": None if self.order is None else torch.from_numpy(self.order),
+            "cursor": self.cursor,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.order = None if state["order"] is None else state["order"].numpy()
+        self.cursor = int(state["cursor"])
+
+
+def to_tensors(
+    encoded: Encoded, mask_first_n: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    tokens = torch.from_numpy(encoded.tokens).to(device, non_blocking=True)
+    mask = torch.from_numpy(encoded.loss_mask(mask_first_n)).to(device, non_blocking=True)
+    return tokens[:, :-1], tokens[:, 1:], mask
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: spreads keys uniformly so splits are unbiased."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))

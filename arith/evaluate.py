@@ -1,0 +1,140 @@
+"""Batched greedy decoding and the metrics: exact match, normalised match, per op and per length.
+
+Problems are grouped by prompt length, so each group decodes as one batch with a KV cache and
+no padding: the prompt is read in one forward pass, then one token per step for the whole group.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from arith import tasks
+from arith.formats import Format
+from arith.model import GPT
+from arith.tasks import Problems
+
+# MLflow metric names allow letters, digits, "_", "-", ".", " " and "/": operators get names.
+OP_NAMES = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "mod", "/": "div"}
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: GPT, prompts: torch.Tensor, max_new_tokens: int, eos_id: int
+) -> torch.Tensor:
+    """Greedy continuation (B, max_new_tokens) of same-length prompts (B, T), with a KV cache.
+
+    Rows that produced EOS keep producing EOS, so the result reads as text up to the first EOS.
+    """
+    logits, cache = model(prompts)
+    out = torch.empty(prompts.shape[0], max_new_tokens, dtype=prompts.dtype, device=prompts.device)
+    finished = torch.zeros(prompts.shape[0], dtype=torch.bool, device=prompts.device)
+    for i in range(max_new_tokens):
+        next_token = logits[:, -1].argmax(-1)
+        next_token = torch.where(finished, torch.full_like(next_token, eos_id), next_token)
+        out[:, i] = next_token
+        finished |= next_token == eos_id
+        if i + 1 == max_new_tokens or bool(finished.all()):
+            out[:, i + 1 :] = eos_id
+            break
+        logits, cache = model(next_token[:, None], cache)
+    return out
+
+
+@torch.no_grad()
+def predict_answers(
+    model: GPT,
+    fmt: Format,
+    problems: Problems,
+    device: torch.device,
+    batch_size: int = 1024,
+    max_new_tokens: int | None = None,
+) -> list[str]:
+    """The model's answer text for each problem, decoded greedily in batches."""
+    encoded = fmt.encode(problems)
+    limit = max_new_tokens or int(encoded.answer_len.max()) + 1
+    answers: list[str] = [""] * len(problems)
+    for length in np.unique(encoded.prompt_len):
+        rows = np.flatnonzero(encoded.prompt_len == length)
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            prompts = torch.from_numpy(encoded.tokens[chunk, :length]).to(device)
+            generated = greedy_decode(model, prompts, limit, fmt.eos_id).cpu().numpy()
+            for row, ids in zip(chunk, generated, strict=True):
+                answers[row] = fmt.decode(ids)
+    return answers
+
+
+@torch.no_grad()
+def teacher_forced(
+    model: GPT, fmt: Format, problems: Problems, device: torch.device, batch_size: int = 1024
+) -> dict[str, float]:
+    """Answer-token loss and accuracy with the true answer fed in (no decoding)."""
+    encoded = fmt.encode(problems)
+    total_loss, correct, count = 0.0, 0, 0
+    for start in range(0, len(problems), batch_size):
+        tokens = torch.from_numpy(encoded.tokens[start : start + batch_size]).to(device)
+        mask = torch.from_numpy(encoded.loss_mask()[start : start + batch_size]).to(device)
+        logits, _ = model(tokens[:, :-1])
+        targets = tokens[:, 1:]
+        losses = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+        total_loss += float(losses[mask].sum())
+        correct += int(((logits.argmax(-1) == targets) & mask).sum())
+        count += int(mask.sum())
+    return {"loss": total_loss / max(count, 1), "token_accuracy": correct / max(count, 1)}
+
+
+def evaluate_set(
+    model: GPT,
+    fmt: Format,
+    problems: Problems,
+    device: torch.device,
+    reference: Format | None = None,
+    batch_size: int = 1024,
+) -> dict[str, float]:
+    """Metrics of one evaluation set, keys without the set's prefix.
+
+    ``fmt`` encodes the prompts; ``reference`` (default ``fmt``) gives the expected answer text:
+    a model trained on plain and shown spaced prompts (seed 000's OOD set) must still answer in
+    plain for ``exact_match``, while ``normalised_match`` accepts any spacing.
+    """
+    was_training = model.training
+    model.eval()
+    reference = reference or fmt
+    expected = reference.answer_text(problems)
+    got = predict_answers(model, fmt, problems, device, batch_size)
+    exact = np.array([g == e for g, e in zip(got, expected, strict=True)])
+    norm = np.array(
+        [fmt.normalise(g) == reference.normalise(e) for g, e in zip(got, expected, strict=True)]
+    )
+    metrics = {"exact_match": float(exact.mean())}
+    if reference is not fmt or fmt.config.name == "spaced":
+        metrics["normalised_match"] = float(norm.mean())
+    if reference is fmt:
+        metrics.update(teacher_forced(model, fmt, problems, device, batch_size))
+    metrics.update(_breakdowns(problems, exact, reference))
+    model.train(was_training)
+    return metrics
+
+
+def _breakdowns(problems: Problems, exact: np.ndarray, fmt: Format) -> dict[str, float]:
+    """Exact match per operation (when there are several) and per longest operand length."""
+    out: dict[str, float] = {}
+    symbols = tasks.op_symbols(fmt.task)
+    if len(symbols) > 1 or fmt.task.name in ("multi_op", "modular"):
+        for index, symbol in enumerate(symbols):
+            rows = problems.op == index
+            if rows.any():
+                out[f"exact_match/{OP_NAMES.get(symbol, symbol)}"] = float(exact[rows].mean())
+    if fmt.task.name in ("addition", "multiplication", "sorting"):
+        groups: dict[int, list[bool]] = defaultdict(list)
+        longest = problems.operand_len.max(axis=1)
+        for length in np.unique(longest):
+            groups[int(length)] = exact[longest == length].tolist()
+        if len(groups) > 1:
+            for length, hits in sorted(groups.items()):
+                out[f"exact_match/len_{length}"] = float(np.mean(hits))
+    return out

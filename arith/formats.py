@@ -1,0 +1,340 @@
+"""How problems become token sequences: prompt + answer + EOS, right-padded with PAD.
+
+Five formats, each with one literal example (prompt -> answer):
+
+- ``plain`` (seed 000): ``"1234 + 5678 ="`` -> ``"6912"``
+- ``spaced`` (seed 000's OOD form): ``"1 234 + 5 678="`` -> ``"6 912"``
+- ``reversed`` (seed 001): 321 + 54 -> ``"123+45="`` -> ``"573"``
+- ``carry_trace`` (seed 004): 123 * 45 -> ``"123*  45="`` -> ``"+501302501500000000"``
+- ``base100`` (seed 002): 123 + 456 -> ``[1, 23, "+", 4, 56, "="]`` -> ``[5, 79]``
+
+Encoding is vectorised: every part of a row (operand digits, operator, ...) is a segment of
+tokens with per-row lengths, laid end to end by arith._segments.assemble. numpy only.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from arith import _digits
+from arith import _segments as seg
+from arith.errors import require
+from arith.tasks import Problems, TaskConfig, max_answer_digits, op_symbols, operand_width
+
+# Character formats share one vocabulary; token id == digit value for "0".."9".
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+CHAR_VOCAB: tuple[str, ...] = (*"0123456789", *" +-*/%=:,", *LETTERS, "<pad>", "<eos>")
+# base100: token id == value for "00".."99", then operators, "=", PAD, EOS.
+BASE100_VOCAB: tuple[str, ...] = (
+    *(f"{i:02d}" for i in range(100)),
+    *("+", "-", "*", "//", "%", "/", "="),
+    "<pad>",
+    "<eos>",
+)
+# carry_trace writes each carry as two digits.
+MAX_TRACE_CARRY = 99
+
+
+@dataclass(frozen=True)
+class FormatConfig:
+    """How problems are written as tokens (the ``format:`` section of a run config)."""
+
+    # The text form (see the module docstring for one example each).
+    name: Literal["plain", "spaced", "reversed", "carry_trace", "base100"] = "plain"
+    # Exclude the first N answer tokens from the loss (seed 003's --mask_first_n).
+    mask_first_n: int = 0
+
+    def __post_init__(self) -> None:
+        allowed = typing.get_args(typing.get_type_hints(FormatConfig)["name"])
+        require(
+            self.name in allowed, "format.name", f"expected one of {allowed}, but got {self.name!r}"
+        )
+        m = self.mask_first_n
+        require(
+            isinstance(m, int) and not isinstance(m, bool) and m >= 0,
+            "format.mask_first_n",
+            f"expected an integer >= 0, but got {m!r}",
+        )
+
+
+@dataclass
+class Encoded:
+    """Token rows: ``tokens`` (N, T) int64 = prompt + answer + EOS, right-padded with PAD.
+
+    ``answer_len`` includes EOS. For plain ``"1 + 2 =3<eos>"``: prompt_len 5, answer_len 2.
+    """
+
+    tokens: np.ndarray
+    prompt_len: np.ndarray
+    answer_len: np.ndarray
+
+    def loss_mask(self, mask_first_n: int = 0) -> np.ndarray:
+        """(N, T-1) bool over targets ``tokens[:, 1:]``: True on answer tokens (EOS included),
+        skipping the first ``mask_first_n`` of them.
+        """
+        target_pos = np.arange(1, self.tokens.shape[1])[None, :]
+        start = (self.prompt_len + mask_first_n)[:, None]
+        end = (self.prompt_len + self.answer_len)[:, None]
+        return (target_pos >= start) & (target_pos < end)
+
+
+def build_format(fmt: FormatConfig, task: TaskConfig) -> Format:
+    """The :class:`Format` for ``fmt`` and ``task``; ConfigError on impossible combinations."""
+    if fmt.name in ("carry_trace", "base100"):
+        require(
+            task.name != "sorting",
+            "format.name",
+            f"{fmt.name!r} writes arithmetic results and cannot encode the sorting task",
+        )
+    if fmt.name == "carry_trace" and "*" in op_symbols(task):
+        carry = _max_mul_carry(task.n_digits)
+        require(
+            carry <= MAX_TRACE_CARRY,
+            "format.name",
+            f"carry_trace writes two-digit carries, but {task.n_digits}-digit multiplication "
+            f"carries up to {carry}",
+        )
+    return Format(fmt, task)
+
+
+def _max_mul_carry(k: int) -> int:
+    """Largest column carry of k-digit schoolbook multiplication (all nines maximise each column).
+
+    k = 3 -> 26 (999 * 999), k = 11 -> 98, k = 12 -> 107: carry_trace allows k <= 11.
+    """
+    nines = np.full((1, k), 9, dtype=np.uint8)
+    return int(_digits.mul(nines, nines)[1].max())
+
+
+class Format:
+    """Encodes :class:`Problems` of one task in one text form, and decodes token ids back to text.
+
+    Build it with :func:`build_format`. ``vocab`` is fixed per format (all tasks share it).
+    """
+
+    def __init__(self, config: FormatConfig, task: TaskConfig) -> None:
+        self.config = config
+        self.task = task
+        self.vocab = BASE100_VOCAB if config.name == "base100" else CHAR_VOCAB
+        self._ids = {t: i for i, t in enumerate(self.vocab)}
+        self.pad_id = self._ids["<pad>"]
+        self.eos_id = self._ids["<eos>"]
+        self.digit_ids = tuple(range(100 if config.name == "base100" else 10))
+
+    # -- encoding ------------------------------------------------------------------------------
+
+    def encode(self, problems: Problems) -> Encoded:
+        """Prompt + answer + EOS for every problem, vectorised."""
+        n = len(problems)
+        if self.config.name == "carry_trace":
+            prompt, answer = self._carry_trace(problems)
+        elif self.task.name == "sorting":
+            prompt, answer = self._sorting(problems)
+        else:
+            prompt, answer = self._arithmetic(problems)
+        answer = [*answer, seg.const(n, [self.eos_id])]
+        tokens, _ = seg.assemble(prompt + answer, self.pad_id)
+        return Encoded(tokens, seg.total_len(prompt), seg.total_len(answer))
+
+    def _number(self, digits: np.ndarray, lens: np.ndarray) -> seg.Segment:
+        """One number per row in this format's form (digits right-aligned MSB first, as stored).
+
+        plain 1234 -> "1234"; reversed -> "4321"; spaced -> "1 234"; base100 -> [12, 34].
+        """
+        lsb = digits[:, ::-1].astype(np.int64)  # least-significant first, left-aligned
+        name = self.config.name
+        if name == "reversed":
+            return lsb, lens
+        if name == "spaced":
+            # LSB first, a space after every third digit; then reverse each row's prefix.
+            pos = np.arange(lsb.shape[1] + max(lsb.shape[1] - 1, 0) // 3)
+            spaced = np.where(pos % 4 == 3, self._ids[" "], lsb[:, pos - pos // 4])
+            return seg.reverse_prefix(spaced, lens + np.maximum(lens - 1, 0) // 3)
+        if name == "base100":
+            if lsb.shape[1] % 2:
+                lsb = np.pad(lsb, ((0, 0), (0, 1)))
+            pairs = lsb[:, 0::2] + 10 * lsb[:, 1::2]  # 2-digit groups from the right
+            return seg.reverse_prefix(pairs, (lens + 1) // 2)
+        return seg.reverse_prefix(lsb, lens)
+
+    def _text(self, text: str) -> list[int]:
+        return [self._ids[c] for c in text]
+
+    def _arithmetic(self, p: Problems) -> tuple[list[seg.Segment], list[seg.Segment]]:
+        """``a op b =`` -> ``[-]c`` for plain, spaced, reversed and base100."""
+        n, name = len(p), self.config.name
+        symbols = op_symbols(self.task)
+        if name == "base100":
+            ops = [[self._ids[s]] for s in symbols]
+        else:
+            ops = [self._text(f" {s} " if name in ("plain", "spaced") else s) for s in symbols]
+        equals = self._text(" =" if name == "plain" else "=")
+        prompt = [
+            self._number(p.operands[:, 0], p.operand_len[:, 0]),
+            seg.choose(p.op, ops),
+            self._number(p.operands[:, 1], p.operand_len[:, 1]),
+            seg.const(n, equals),
+        ]
+        sign = seg.const(n, [self._ids["-"]], p.answer_negative)
+        return prompt, [sign, self._number(p.answer, p.answer_len)]
+
+    def _sorting(self, p: Problems) -> tuple[list[seg.Segment], list[seg.Segment]]:
+        """``a:89850,b:1,c:210273=`` -> ``bac`` (absent items write nothing)."""
+        n, m = p.operand_len.shape
+        prompt: list[seg.Segment] = []
+        for i in range(m):
+            present = p.operand_len[:, i] > 0
+            if i:
+                prompt.append(seg.const(n, self._text(","), present))
+            prompt.append(seg.const(n, self._text(f"{LETTERS[i]}:"), present))
+            prompt.append(self._number(p.operands[:, i], p.operand_len[:, i]))
+        prompt.append(seg.const(n, self._text("=")))
+        order = p.answer_order
+        assert order is not None, "sorting problems carry answer_order"
+        letters = np.where(order >= 0, self._ids["a"] + order, self.pad_id)
+        return prompt, [(letters, (order >= 0).sum(axis=1))]
+
+    def _trace_widths(self, p: Problems) -> tuple[int, int]:
+        """(operand field width, result digits R); wider problems (length tests) widen both."""
+        width = max(operand_width(self.task), p.operands.shape[2])
+        return width, max_answer_digits(self.task, width)
+
+    def _carry_trace(self, p: Problems) -> tuple[list[seg.Segment], list[seg.Segment]]:
+        """``123*  45=`` -> ``+501302501500000000``: sign, then per result digit (LSB first) the
+        digit and its two-digit carry (schoolbook column carry for *, addition carry for +).
+        """
+        n = len(p)
+        width, r = self._trace_widths(p)
+        operands = _digits.pad_left(p.operands, width)
+        blank = np.arange(width) < (width - p.operand_len)[:, :, None]  # right-align with spaces
+        fields = np.where(blank, self._ids[" "], operands.astype(np.int64))
+        ops = [self._text(s.ljust(2)) for s in op_symbols(self.task)]
+        prompt = [
+            (fields[:, 0], np.full(n, width)),
+            seg.choose(p.op, ops),
+            (fields[:, 1], np.full(n, width)),
+            seg.const(n, self._text("=")),
+        ]
+        digits = _digits.pad_left(p.answer, r)[:, -r:][:, ::-1].astype(np.int64)
+        carries = self._carries(p, operands, r)
+        triples = np.stack([digits, carries // 10, carries % 10], axis=2).reshape(n, 3 * r)
+        sign = np.where(p.answer_negative, self._ids["-"], self._ids["+"])[:, None]
+        return prompt, [(sign, np.ones(n, np.int64)), (triples, np.full(n, 3 * r))]
+
+    def _carries(self, p: Problems, operands: np.ndarray, r: int) -> np.ndarray:
+        """(N, R) column carries, LSB first; 0 for operators without a carry chain.
+
+        Modular "+" gets zeros too: its result is reduced mod p, so addition carries would not
+        explain its digits.
+        """
+        carries = np.zeros((len(p), r), dtype=np.int64)
+        if self.task.name == "modular":
+            return carries
+        for i, sym in enumerate(op_symbols(self.task)):
+            rows = np.flatnonzero(p.op == i)
+            if sym not in ("+", "*") or len(rows) == 0:
+                continue
+            step = _digits.add if sym == "+" else _digits.mul
+            c = step(operands[rows, 0], operands[rows, 1])[1][:, :r]
+            if c.max(initial=0) > MAX_TRACE_CARRY:
+                raise ValueError(f"carry_trace cannot write carry {c.max()} in two digits")
+            carries[rows, : c.shape[1]] = c
+        return carries
+
+    def max_seq_len(self, n_digits: int | None = None) -> int:
+        """Upper bound on prompt + answer + EOS for this task (``n_digits`` overrides k).
+
+        Exact for addition and multiplication; for multi_op it adds the longest operator and the
+        sign to the widest answer, which no single problem reaches at once.
+        """
+        k = operand_width(self.task, n_digits)
+        r = max_answer_digits(self.task, k)
+        symbols = op_symbols(self.task)
+        name = self.config.name
+        if name == "carry_trace":
+            return 2 * k + 2 + 1 + 1 + 3 * r + 1
+        num = {
+            "spaced": lambda d: d + (d - 1) // 3,
+            "base100": lambda d: (d + 1) // 2,
+        }.get(name, lambda d: d)
+        if self.task.name == "sorting":
+            m = self.task.max_items
+            return m * (2 + num(k)) + (m - 1) + 1 + m + 1
+        op = 1 if name == "base100" else max(len(s) for s in symbols) + 2 * (name != "reversed")
+        sign = int(self.task.name == "multi_op" and "-" in symbols)
+        equals = 2 if name == "plain" else 1
+        return 2 * num(k) + op + equals + sign + num(r) + 1
+
+    def encode_prompt_text(self, text: str) -> list[int]:
+        """Token ids of a prompt typed in this format's text form (``"1234 + 5678 ="`` for plain).
+
+        ValueError with a one-line message for anything outside the vocabulary.
+        """
+        if self.config.name != "base100":
+            bad = sorted({c for c in text if c not in self._ids or len(c) != 1})
+            if bad:
+                raise ValueError(f"characters {bad} are not in the {self.config.name} vocabulary")
+            return self._text(text)
+        compact = "".join(text.split())
+        pieces = re.findall(r"\d+|//|[-+*/%=]|.", compact)
+        bad = sorted({x for x in pieces if not x.isdigit() and x not in self._ids})
+        if bad:
+            raise ValueError(f"characters {bad} are not in the base100 vocabulary")
+        ids: list[int] = []
+        for x in pieces:
+            if x.isdigit():
+                digits = x.lstrip("0") or "0"
+                head = len(digits) % 2 or 2  # big-endian pairs: 12345 -> 1, 23, 45
+                ids.append(int(digits[:head]))
+                ids += [int(digits[i : i + 2]) for i in range(head, len(digits), 2)]
+            else:
+                ids.append(self._ids[x])
+        return ids
+
+    # -- decoding ------------------------------------------------------------------------------
+
+    def decode(self, ids: typing.Iterable[int]) -> str:
+        """Token ids -> text, stopping at EOS and dropping PAD.
+
+        base100 renders like plain: ``[1, 23, "+", 4, 56, "=", 5, 79]`` -> ``"123 + 456 =579"``.
+        """
+        kept: list[int] = []
+        for i in ids:
+            i = int(i)
+            if i == self.eos_id:
+                break
+            if i != self.pad_id:
+                kept.append(i)
+        if self.config.name != "base100":
+            return "".join(self.vocab[i] for i in kept)
+        out, in_number, seen_equals = [], False, False
+        for i in kept:
+            if i < 100:  # a number token: only the first of a number drops its leading zero
+                out.append(f"{i:02d}" if in_number else str(i))
+                in_number = True
+                continue
+            # An operator sits between two numbers of the prompt; a "-" anywhere else (first, or
+            # after "=") is the answer's sign and stays tight, as in plain's "0 - 999 =-999".
+            token, infix, in_number = self.vocab[i], in_number and not seen_equals, False
+            if token == "=":
+                seen_equals = True
+                out.append(" =")
+            else:
+                out.append(f" {token} " if infix else token)
+        return "".join(out)
+
+    def answer_text(self, problems: Problems) -> list[str]:
+        """Expected answer text per problem (no EOS): ``"6912"`` for plain 1234 + 5678."""
+        enc = self.encode(problems)
+        return [
+            self.decode(row[start:]) for row, start in zip(enc.tokens, enc.prompt_len, strict=True)
+        ]
+
+    def normalise(self, text: str) -> str:
+        """Text for a normalised match: all whitespace removed (``"6 912"`` -> ``"6912"``)."""
+        return "".join(text.split())

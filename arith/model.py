@@ -1,0 +1,274 @@
+"""The one shared model: a GPT-style decoder (pre-LayerNorm, causal attention, MLP).
+
+The forward pass is a pure function of the parameters and the inputs: no state is kept on the
+module between calls (the KV cache is passed in and returned), so ``torch.func.functional_call``
+and ``vmap`` over stacked parameters (packed trials) work on it unchanged.
+
+Position encodings:
+- ``learned``: a table of absolute positions (GPT-2).
+- ``rope``: rotary embeddings on queries and keys (Su et al. 2021), base ``rope_theta``.
+- ``abacus``: each digit gets the embedding of its index within its number, counted from the
+  number's first token; training adds a random offset so indices up to ``abacus_max_k`` are
+  seen (McLeish et al. 2024, "Transformers Can Do Arithmetic with the Right Embeddings").
+- ``none``: no position signal besides the causal mask (NoPE).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from arith.errors import require
+
+# One (key, value) pair per layer, each (B, n_head, T_past, head_dim), plus the index of the last
+# token within its digit run (B,), which Abacus positions continue from.
+KVCache = tuple[list[tuple[Tensor, Tensor]], Tensor]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the decoder. Vocabulary and context length come from the task and format."""
+
+    n_layer: int = 2
+    """Number of transformer blocks."""
+    d_model: int = 128
+    """Width of the residual stream."""
+    n_head: int = 4
+    """Attention heads; must divide ``d_model``."""
+    d_ff: int | None = None
+    """Hidden width of the MLP; ``None`` means ``4 * d_model``."""
+    dropout: float = 0.0
+    """Dropout on attention weights, residual branches and embeddings."""
+    tie_embeddings: bool = True
+    """Share the token embedding with the output projection (GPT-2)."""
+    bias: bool = True
+    """Biases in linear layers and LayerNorms."""
+    position: Literal["learned", "rope", "abacus", "none"] = "learned"
+    """How the model knows where a token is."""
+    rope_theta: float = 10000.0
+    """RoPE base; seed 002 uses 100 for its short sequences."""
+    abacus_max_k: int = 100
+    """Largest digit index the Abacus table holds; training offsets indices up to it."""
+    init_std: float = 0.02
+    """Standard deviation of the normal initialisation (GPT-2)."""
+
+    def __post_init__(self) -> None:
+        require(self.n_layer >= 1, "model.n_layer", f"must be >= 1, but got {self.n_layer}")
+        require(self.d_model >= 1, "model.d_model", f"must be >= 1, but got {self.d_model}")
+        require(self.n_head >= 1, "model.n_head", f"must be >= 1, but got {self.n_head}")
+        require(
+            self.d_model % self.n_head == 0,
+            "model.n_head",
+            f"must divide model.d_model={self.d_model}, but got {self.n_head}",
+        )
+        require(
+            self.position != "rope" or self.head_dim % 2 == 0,
+            "model.n_head",
+            f"rope needs an even head dimension, but d_model/n_head = {self.head_dim}",
+        )
+        require(self.d_ff is None or self.d_ff >= 1, "model.d_ff", f"must be >= 1, got {self.d_ff}")
+        require(
+            0.0 <= self.dropout < 1.0, "model.dropout", f"must be in [0, 1), got {self.dropout}"
+        )
+        require(self.rope_theta > 0, "model.rope_theta", f"must be > 0, got {self.rope_theta}")
+        require(
+            self.abacus_max_k >= 1, "model.abacus_max_k", f"must be >= 1, got {self.abacus_max_k}"
+        )
+
+    @property
+    def hidden(self) -> int:
+        return self.d_ff if self.d_ff is not None else 4 * self.d_model
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+
+def n_params(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> dict[str, int]:
+    """Parameter counts without building the model: total and non-embedding (Kaplan et al.)."""
+    d, h, b = cfg.d_model, cfg.hidden, int(cfg.bias)
+    attn = d * 3 * d + 3 * d * b + d * d + d * b
+    mlp = d * h + h * b + h * d + d * b
+    norms = 2 * (d + d * b)
+    per_layer = attn + mlp + norms
+    non_embedding = cfg.n_layer * per_layer + (d + d * b)  # blocks + final LayerNorm
+    embedding = vocab_size * d
+    if cfg.position == "learned":
+        embedding += max_seq_len * d
+    elif cfg.position == "abacus":
+        embedding += (cfg.abacus_max_k + 1) * d
+    head = 0 if cfg.tie_embeddings else vocab_size * d
+    return {"total": non_embedding + embedding + head, "non_embedding": non_embedding}
+
+
+def flops_per_token(cfg: ModelConfig, vocab_size: int, seq_len: int) -> int:
+    """Training FLOPs per token, 6N + 12·L·d·T (PaLM appendix B), N the matmul parameters.
+
+    N counts every weight that takes part in a matmul: the blocks and the output projection.
+    """
+    d, h = cfg.d_model, cfg.hidden
+    matmul_params = cfg.n_layer * (4 * d * d + 2 * d * h) + d * vocab_size
+    return 6 * matmul_params + 12 * cfg.n_layer * d * seq_len
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        past: tuple[Tensor, Tensor] | None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        B, T, C = x.shape
+        nh, hs = self.cfg.n_head, self.cfg.head_dim
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, nh, hs).transpose(1, 2)
+        v = v.view(B, T, nh, hs).transpose(1, 2)
+        if rope is not None:
+            q, k = _apply_rope(q, *rope), _apply_rope(k, *rope)
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)
+            v = torch.cat([past[1], v], dim=2)
+        p = self.cfg.dropout if self.training else 0.0
+        t_past = k.shape[2] - T
+        if t_past == 0:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        elif T == 1:  # one new token attends to everything before it
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+        else:  # several new tokens after a cached prefix: causal mask shifted by the prefix
+            mask = torch.ones(T, t_past + T, dtype=torch.bool, device=x.device).tril(t_past)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return F.dropout(self.proj(y), p, self.training), (k, v)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, cfg.hidden, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.hidden, cfg.d_model, bias=cfg.bias)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout, self.training)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, rope, past):
+        a, kv = self.attn(self.ln_1(x), rope, past)
+        x = x + a
+        x = x + self.mlp(self.ln_2(x))
+        return x, kv
+
+
+class GPT(nn.Module):
+    """Decoder over a fixed vocabulary; ``digit_ids`` marks the tokens Abacus positions count."""
+
+    def __init__(
+        self, cfg: ModelConfig, vocab_size: int, max_seq_len: int, digit_ids: tuple[int, ...] = ()
+    ) -> None:
+        super().__init__()
+        self.cfg, self.vocab_size, self.max_seq_len = cfg, vocab_size, max_seq_len
+        self.wte = nn.Embedding(vocab_size, cfg.d_model)
+        if cfg.position == "learned":
+            self.wpe = nn.Embedding(max_seq_len, cfg.d_model)
+        elif cfg.position == "abacus":
+            # index 0 is "not a digit"; digits use 1..abacus_max_k
+            self.abacus = nn.Embedding(cfg.abacus_max_k + 1, cfg.d_model)
+        is_digit = torch.zeros(vocab_size, dtype=torch.bool)
+        is_digit[list(digit_ids)] = True
+        self.register_buffer("is_digit", is_digit, persistent=False)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        self.apply(self._init_weights)
+        # GPT-2: scale residual projections by 1/sqrt(2 * n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, 0.0, cfg.init_std / math.sqrt(2 * cfg.n_layer))
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, 0.0, self.cfg.init_std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(
+        self,
+        idx: Tensor,
+        cache: KVCache | None = None,
+        abacus_offset: Tensor | None = None,
+    ) -> tuple[Tensor, KVCache]:
+        """Logits (B, T, vocab) for tokens ``idx`` (B, T) following the cached prefix, if any.
+
+        ``abacus_offset`` (B,) shifts digit indices during training; evaluation passes ``None``.
+        """
+        B, T = idx.shape
+        t_past = 0 if cache is None else cache[0][0][0].shape[2] if cache[0] else 0
+        prev_run = cache[1] if cache is not None else idx.new_zeros(B)
+        x = self.wte(idx)
+        positions = torch.arange(t_past, t_past + T, device=idx.device)
+        rope = None
+        run = _digit_run_index(self.is_digit[idx], prev_run)
+        if self.cfg.position == "learned":
+            x = x + self.wpe(positions)
+        elif self.cfg.position == "rope":
+            rope = _rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        elif self.cfg.position == "abacus":
+            index = run if abacus_offset is None else run + (run > 0) * abacus_offset[:, None]
+            x = x + self.abacus(index.clamp(max=self.cfg.abacus_max_k))
+        x = F.dropout(x, self.cfg.dropout, self.training)
+        past = cache[0] if cache is not None else [None] * len(self.blocks)
+        new_kv = []
+        for block, kv in zip(self.blocks, past, strict=True):
+            x, kv = block(x, rope, kv)
+            new_kv.append(kv)
+        logits = self.lm_head(self.ln_f(x))
+        return logits, (new_kv, run[:, -1])
+
+
+def _digit_run_index(is_digit: Tensor, prev_run: Tensor) -> Tensor:
+    """1-based index of each digit within its run of digits, 0 elsewhere; (B, T) -> (B, T).
+
+    ``prev_run`` (B,) is the index of the token just before this chunk, so decoding one token at
+    a time continues a number's count. ``"12+345="`` -> ``[1, 2, 0, 1, 2, 3, 0]``.
+    """
+    d = is_digit.long()
+    count = d.cumsum(1)
+    at_last_break = torch.where(d == 0, count, torch.zeros_like(count)).cummax(1).values
+    run = (count - at_last_break) * d
+    before_first_break = (1 - d).cumsum(1) == 0
+    return run + before_first_break * d * prev_run[:, None]
+
+
+def _rope_tables(positions: Tensor, head_dim: int, theta: float, dtype) -> tuple[Tensor, Tensor]:
+    """cos and sin of shape (T, head_dim), frequencies repeated for both halves."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device) / head_dim)
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def _apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin

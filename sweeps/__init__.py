@@ -1,0 +1,1 @@
+"""Hyperparameter sweeps over arith runs: Ray Tune search, MLflow tracking, scaling tables."""

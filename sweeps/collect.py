@@ -1,0 +1,283 @@
+"""MLflow -> trials and curves DataFrames -> tables.md, table.csv, trials.csv and plots.
+
+Reads only MLflow (the layout in sweeps/tracking.py): the sweep's parent run (tag
+``sweep.role=parent``) and its nested child runs, one per trial (tag ``mlflow.parentRunId``).
+Params come back as strings; they are turned back into numbers column by column, so a column of
+``"64"``/``"128"`` is an int column and ``"None"`` becomes a missing value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from mlflow import MlflowClient
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+
+from sweeps.plots import CURVE_METRICS, plots_for
+from sweeps.tables import (
+    TableSpec,
+    build_table,
+    default_table_specs,
+    describe,
+    summarise,
+    to_markdown,
+)
+
+FRONT_COLUMNS = ("trial_id", "status", "stopped_reason", "run_id")
+SIZE_COLUMNS = ("n_params", "n_params_non_embedding", "flops_per_token")
+TAIL_COLUMNS = ("steps", "wall_time_s")
+CURVE_COLUMNS = ("trial_id", "metric", "step", "value")
+_INT = re.compile(r"[-+]?\d+")
+
+
+class CollectError(Exception):
+    """A user-facing problem (missing store, unknown experiment): str(err) is one line."""
+
+
+def open_client(tracking_uri: str) -> MlflowClient:
+    """A client for an existing store; never creates an empty one where a path was mistyped."""
+    path = _local_store_path(tracking_uri)
+    if path is not None and not path.exists():
+        raise CollectError(f"no MLflow store at {path} (tracking URI {tracking_uri})")
+    return MlflowClient(tracking_uri)
+
+
+def _local_store_path(uri: str) -> Path | None:
+    if uri.startswith("sqlite:///"):
+        rest = uri.removeprefix("sqlite:///")
+        return None if rest in ("", ":memory:") else Path(rest.split("?", 1)[0])
+    if uri.startswith("file:"):
+        return Path(re.sub(r"^file:(//)?", "", uri))
+    return Path(uri) if "://" not in uri else None
+
+
+def find_parent_run(
+    client: MlflowClient, experiment_name: str, parent_run_id: str | None = None
+) -> Run:
+    """The sweep's parent run: the given one, else the newest with tag sweep.role=parent."""
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None or experiment.lifecycle_stage != "active":
+        raise CollectError(f"no MLflow experiment named {experiment_name!r}")
+    if parent_run_id is not None:
+        try:
+            run = client.get_run(parent_run_id)
+        except MlflowException:
+            raise CollectError(f"no MLflow run with id {parent_run_id!r}") from None
+        if run.info.experiment_id != experiment.experiment_id:
+            raise CollectError(f"run {parent_run_id!r} is not in experiment {experiment_name!r}")
+        return run
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        filter_string="tags.`sweep.role` = 'parent'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    if not runs:
+        raise CollectError(f"experiment {experiment_name!r} has no sweep parent run")
+    return runs[0]
+
+
+def child_runs(client: MlflowClient, parent: Run) -> list[Run]:
+    """Every trial run under ``parent``; of two runs with one trial_id, the newer wins."""
+    filter_string = f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
+    runs: list[Run] = []
+    token = None
+    while True:
+        page = client.search_runs(
+            [parent.info.experiment_id], filter_string=filter_string, page_token=token
+        )
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    newest: dict[str, Run] = {}
+    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
+        newest[_trial_id(run)] = run
+    return list(newest.values())
+
+
+def _trial_id(run: Run) -> str:
+    return run.data.tags.get("sweep.trial_id") or run.info.run_name or run.info.run_id
+
+
+def parse_param_column(raw: Sequence[str | None]) -> list[object]:
+    """Strings back to values, one type per column: all ints, else all floats, else all bools,
+    else the strings themselves (lists such as "[1, 2]" stay strings); "None" -> None."""
+    present = [v for v in raw if v is not None and v != "None"]
+    parsers = (
+        lambda v: int(v) if _INT.fullmatch(v.strip()) else _fail(),
+        float,
+        lambda v: {"True": True, "False": False}[v],
+    )
+    for parse in parsers:
+        try:
+            parsed = iter([parse(v) for v in present])
+        except (ValueError, KeyError):
+            continue
+        return [None if v is None or v == "None" else next(parsed) for v in raw]
+    return [None if v == "None" else v for v in raw]
+
+
+def _fail() -> int:
+    raise ValueError
+
+
+def trials_frame(runs: Iterable[Run]) -> pd.DataFrame:
+    """One row per trial run: bookkeeping tags, every param, the latest value of every metric."""
+    runs = sorted(runs, key=_trial_id)
+    params = sorted({k for r in runs for k in r.data.params})
+    metrics = sorted({k for r in runs for k in r.data.metrics})
+    columns: dict[str, list[object]] = {
+        "trial_id": [_trial_id(r) for r in runs],
+        "status": [r.data.tags.get("sweep.status") for r in runs],
+        "stopped_reason": [r.data.tags.get("sweep.stopped_reason") for r in runs],
+        "run_id": [r.info.run_id for r in runs],
+    }
+    for key in params:
+        values = parse_param_column([r.data.params.get(key) for r in runs])
+        columns[key] = values
+    order = [
+        *[m for m in SIZE_COLUMNS if m in metrics],
+        *[m for m in metrics if m not in SIZE_COLUMNS and m not in TAIL_COLUMNS],
+        *[m for m in TAIL_COLUMNS if m in metrics],
+    ]
+    for key in order:
+        columns[key] = [r.data.metrics.get(key, float("nan")) for r in runs]
+    frame = pd.DataFrame(columns)
+    # MLflow stores every metric as a float; counts read better as the integers they are.
+    for key in ("n_params", "n_params_non_embedding", "steps"):
+        if key in frame.columns and len(frame) and (frame[key] % 1 == 0).all():
+            frame[key] = frame[key].astype("int64")
+    # A column of ints with a None in it becomes float (NaN); without one it stays int64.
+    for key in params:
+        if frame[key].dtype == object and frame[key].map(_is_number_or_none).all():
+            frame[key] = pd.to_numeric(frame[key])
+    return frame.reset_index(drop=True)
+
+
+def _is_number_or_none(value: object) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def curves_frame(client: MlflowClient, runs: Iterable[Run], metrics: Iterable[str]) -> pd.DataFrame:
+    """Long format (trial_id, metric, step, value) from each run's metric history."""
+    records = []
+    for run in runs:
+        for metric in dict.fromkeys(metrics):
+            if metric not in run.data.metrics:
+                continue
+            history = client.get_metric_history(run.info.run_id, metric)
+            for point in sorted(history, key=lambda m: (m.step, m.timestamp)):
+                records.append((_trial_id(run), metric, int(point.step), float(point.value)))
+    curves = pd.DataFrame.from_records(records, columns=list(CURVE_COLUMNS))
+    # One value per (trial, metric, step): the last logged wins, should a retry log one twice.
+    curves = curves.drop_duplicates(["trial_id", "metric", "step"], keep="last")
+    return curves.sort_values(["trial_id", "metric", "step"]).reset_index(drop=True)
+
+
+def trials_from_mlflow(
+    tracking_uri: str,
+    experiment_name: str,
+    parent_run_id: str | None = None,
+    *,
+    curve_metrics: Iterable[str] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(trials, curves) of the newest sweep in ``experiment_name`` (or of ``parent_run_id``)."""
+    client = open_client(tracking_uri)
+    parent = find_parent_run(client, experiment_name, parent_run_id)
+    runs = child_runs(client, parent)
+    metrics = list(curve_metrics) if curve_metrics is not None else list(CURVE_METRICS)
+    trials = trials_frame(runs)
+    return trials, curves_frame(client, runs, metrics)
+
+
+def spec_from_parent(client: MlflowClient, parent: Run) -> dict | None:
+    """The parent's ``spec.yaml`` artifact, parsed; None when it has none."""
+    names = {f.path for f in client.list_artifacts(parent.info.run_id)}
+    if "spec.yaml" not in names:
+        return None
+    with tempfile.TemporaryDirectory() as tmp, _no_progress_bar():
+        local = client.download_artifacts(parent.info.run_id, "spec.yaml", dst_path=tmp)
+        text = Path(local).read_text(encoding="utf-8")
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise CollectError(f"spec.yaml of run {parent.info.run_id}: not YAML ({err})") from None
+    return spec if isinstance(spec, dict) else None
+
+
+@contextlib.contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    # MLflow draws a tqdm bar on stderr for every download; a command's stderr is for errors.
+    name = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    before = os.environ.get(name)
+    os.environ[name] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def render_tables(trials: pd.DataFrame, specs: Sequence[TableSpec]) -> str:
+    """Every table under its own heading, as written to table.md."""
+    sections = []
+    for spec in specs:
+        if trials.empty:
+            body = "_no trials_"
+        else:
+            try:
+                body = to_markdown(build_table(trials, spec), spec)
+            except ValueError as err:
+                # One table the trials cannot fill should not lose the others (or the sweep).
+                body = f"_table not built: {err}_"
+        sections.append(f"## {spec.name}\n\n{describe(spec)}\n\n{body}\n")
+    return "\n".join(sections)
+
+
+def write_outputs(
+    trials: pd.DataFrame,
+    curves: pd.DataFrame,
+    specs: Sequence[TableSpec],
+    out_dir: str | Path,
+    *,
+    metric: str | None = None,
+) -> list[Path]:
+    """Write trials.csv, table.md, table.csv (+ table_<name>.csv when several) and the plots."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    specs = list(specs) or default_table_specs(trials, metric)
+    paths = [out / "trials.csv", out / "table.md"]
+    trials.to_csv(paths[0], index=False)
+    paths[1].write_text(render_tables(trials, specs), encoding="utf-8")
+    csv_names = ["table.csv"] + ([f"table_{s.name}.csv" for s in specs] if len(specs) > 1 else [])
+    csv_specs = [specs[0]] + (list(specs) if len(specs) > 1 else [])
+    for name, spec in zip(csv_names, csv_specs, strict=True):
+        try:
+            frame = summarise(trials, spec) if not trials.empty else pd.DataFrame()
+        except ValueError:
+            continue
+        frame.to_csv(out / name, index=False)
+        paths.append(out / name)
+    if not trials.empty:
+        for stem, figure in plots_for(trials, curves, metric).items():
+            figure.savefig(out / f"{stem}.png", dpi=120)
+            paths.append(out / f"{stem}.png")
+    return paths
+
+
+def log_outputs_to_parent(client: MlflowClient, parent_run_id: str, paths: Iterable[Path]) -> None:
+    """Log written outputs as parent-run artifacts: PNGs under plots/, the rest under tables/."""
+    for path in paths:
+        folder = "plots" if Path(path).suffix == ".png" else "tables"
+        client.log_artifact(parent_run_id, str(path), artifact_path=folder)

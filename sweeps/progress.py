@@ -1,0 +1,107 @@
+"""A one-line live view of a sweep, instead of Ray's pages of trial tables::
+
+    smoke  3/4 done · 1 running · 0 pending · 0 errored · best val/exact_match 0.912 · 0:42
+
+On a terminal the line is rewritten in place; elsewhere (logs, CI) a line is printed only when
+the counts change, at most every ``interval_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import Any, TextIO
+
+from ray.tune import Callback
+
+
+def format_elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def status_counts(trials: list) -> dict[str, int]:
+    counts = {"done": 0, "running": 0, "pending": 0, "errored": 0}
+    for trial in trials:
+        status = trial.status
+        if status == "TERMINATED":
+            counts["done"] += 1
+        elif status == "RUNNING":
+            counts["running"] += 1
+        elif status == "ERROR":
+            counts["errored"] += 1
+        else:  # PENDING, PAUSED
+            counts["pending"] += 1
+    return counts
+
+
+class ProgressLine(Callback):
+    """Tune callback printing done / running / pending / errored, best so far and elapsed."""
+
+    def __init__(
+        self,
+        name: str,
+        total: int | None,
+        metric: str,
+        mode: str,
+        stream: TextIO | None = None,
+        interval_s: float = 0.5,
+    ) -> None:
+        self.name, self.total, self.metric, self.mode = name, total, metric, mode
+        self.stream = stream or sys.stderr
+        self.interval_s = interval_s
+        self.best: float | None = None
+        self.start = time.monotonic()
+        self._last_line = ""
+        self._last_print = 0.0
+        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "stream": None}  # streams do not pickle
+
+    def line(self, trials: list) -> str:
+        counts = status_counts(trials)
+        total = max(self.total or 0, len(trials))
+        counts["pending"] += total - len(trials)  # trials the searcher has not created yet
+        best = "-" if self.best is None else f"{self.best:.4g}"
+        return (
+            f"{self.name}  {counts['done']}/{total} done · {counts['running']} running · "
+            f"{counts['pending']} pending · {counts['errored']} errored · "
+            f"best {self.metric} {best} · {format_elapsed(time.monotonic() - self.start)}"
+        )
+
+    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
+        value = result.get(self.metric)
+        if isinstance(value, int | float) and math.isfinite(value):
+            better = self.best is None or (
+                value > self.best if self.mode == "max" else value < self.best
+            )
+            if better:
+                self.best = float(value)
+
+    def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        now = time.monotonic()
+        if now - self._last_print < self.interval_s:
+            return
+        line = self.line(trials)
+        if self._tty:
+            self._write("\r\033[K" + line)
+        elif _counts_part(line) != _counts_part(self._last_line):
+            self._write(line + "\n")
+        self._last_line, self._last_print = line, now
+
+    def on_experiment_end(self, trials: list, **info) -> None:
+        line = self.line(trials)
+        self._write(("\r\033[K" if self._tty else "") + line + "\n")
+
+    def _write(self, text: str) -> None:
+        if self.stream is None:
+            self.stream = sys.stderr
+        self.stream.write(text)
+        self.stream.flush()
+
+
+def _counts_part(line: str) -> str:
+    return line.split(" · best")[0]

@@ -1,0 +1,249 @@
+"""``python -m sweeps.run SPEC.yaml [--set block.dotted.key=value ...] [--dry-run] [--out DIR]
+[--tracking-uri URI] [--address ADDR] [--resume]``
+
+Runs a sweep: validates the spec (a mistake is one line and exit 2, before anything starts),
+trains every trial with Ray Tune (an embedded local Ray unless ``--address``), records it in
+MLflow from the driver, then writes the scaling table and plots from MLflow into DIR/<name>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from arith.errors import ConfigError
+from sweeps.spec import SweepSpec, load_spec
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m sweeps.run", description=__doc__.split("\n\n")[1]
+    )
+    parser.add_argument("spec", help="search-space YAML (see search_spaces/)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override the spec: base.train.max_steps=50, space.model.d_model=[64,128]",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the trials; start nothing")
+    parser.add_argument("--out", default="results", help="output folder (default results/)")
+    parser.add_argument(
+        "--tracking-uri", help="MLflow URI (default $MLFLOW_TRACKING_URI or ./mlflow.db)"
+    )
+    parser.add_argument("--address", help="an existing Ray cluster (default: start a local one)")
+    parser.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        spec = load_spec(args.spec, args.overrides)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.resume:
+        # The tracker's state (parent and child run ids) is restorable; wiring Tuner.restore to
+        # it is a later issue, so refuse rather than start a second, unrelated sweep.
+        print("error: --resume: not implemented yet; rerun without --resume", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(dry_run_text(spec))
+        return 0
+    from sweeps.tracking import default_tracking_uri
+
+    uri = args.tracking_uri or default_tracking_uri()
+    out_dir = Path(args.out).resolve() / spec.name
+    return run_sweep(spec, out_dir, uri, address=args.address)
+
+
+def dry_run_text(spec: SweepSpec) -> str:
+    """The trials a sweep would run, with sizes and estimated training FLOPs (nothing starts)."""
+    from arith.trainer import describe
+    from sweeps.space import grid_points, n_trials, resolve_run_config
+
+    s = spec.sweep
+    lines = [
+        f"sweep {spec.name}: search={s.search} metric={s.metric} ({s.mode}) "
+        f"scheduler={s.scheduler.name} num_samples={s.num_samples}"
+    ]
+    sampled = [d for d in spec.space.values() if not (d.is_grid and s.search == "grid")]
+    for dim in sampled:
+        lines.append(f"  sampled {dim.key}: {dim.describe()}")
+    for path, rule in spec.derived.items():
+        lines.append(f"  derived {path} = {rule.expression}")
+    points = grid_points(spec)
+    lines.append(f"{n_trials(spec)} trials ({len(points)} grid points x {s.num_samples} samples):")
+    total_flops = 0.0
+    for i, point in enumerate(points):
+        low = {d.key: d.values[0] for d in sampled}
+        cfg = resolve_run_config(spec.base, {**point, **low}, spec.derived)
+        size = describe(cfg)
+        total_flops += size["total_flops"] * s.num_samples
+        shown = {**point, **{p: cfg.flat()[p] for p in spec.derived}}
+        lines.append(
+            f"  {i:3d}  {_fmt_point(shown)}  n_params={size['n_params']:,}  "
+            f"flops~{size['total_flops']:.2e}"
+        )
+    note = " (sampled axes at their first value)" if sampled else ""
+    lines.append(f"estimated training FLOPs in all: {total_flops:.2e}{note}")
+    return "\n".join(lines)
+
+
+def _fmt_point(point: dict[str, Any]) -> str:
+    if not point:
+        return "(base config)"
+    return " ".join(
+        f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()
+    )
+
+
+def run_sweep(
+    spec: SweepSpec, out_dir: Path, tracking_uri: str, *, address: str | None = None
+) -> int:
+    """Run the sweep and write its outputs; returns the exit code."""
+    _quiet_logs()
+    import ray
+
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        _init_ray(address)
+    try:
+        return _run(spec, out_dir, tracking_uri)
+    finally:
+        if started_ray:
+            ray.shutdown()
+
+
+def _run(spec: SweepSpec, out_dir: Path, tracking_uri: str) -> int:
+    from sweeps import collect
+
+    start = time.monotonic()
+    tuner, tracker = build_tuner(spec, out_dir, tracking_uri)
+    parent_id = tracker.start_parent(spec.to_yaml())
+    status = "FAILED"
+    try:
+        results = tuner.fit()
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.finish_parent(status)
+    trials, curves = collect.trials_from_mlflow(tracking_uri, spec.name, parent_id)
+    paths = collect.write_outputs(trials, curves, spec.tables, out_dir, metric=spec.sweep.metric)
+    collect.log_outputs_to_parent(tracker.client, parent_id, paths)
+    errors = sum(1 for r in results if r.error is not None)
+    print(_report(spec, out_dir, tracking_uri, parent_id, time.monotonic() - start, errors))
+    return 1 if errors and errors == len(results) else 0
+
+
+def build_tuner(spec: SweepSpec, out_dir: Path, tracking_uri: str):
+    """The Tuner of a sweep and its MLflow callback (whose parent run the caller starts)."""
+    from ray import tune
+    from ray.tune.logger import JsonLoggerCallback
+
+    from arith.trainer import describe
+    from sweeps import space
+    from sweeps.progress import ProgressLine
+    from sweeps.tracking import MLflowTracker
+    from sweeps.trainable import train_trial
+
+    s = spec.sweep
+    resolve = functools.partial(space.resolve_run_config, spec.base, derived=spec.derived)
+    tracker = MLflowTracker(tracking_uri, spec.name, resolve, describe)
+    progress = ProgressLine(spec.name, space.n_trials(spec), s.metric, s.mode)
+    trainable = tune.with_resources(
+        tune.with_parameters(train_trial, base=spec.base, derived=spec.derived),
+        {"cpu": s.resources.cpu, "gpu": s.resources.gpu},
+    )
+    run_config = tune.RunConfig(
+        name=spec.name,
+        storage_path=str(out_dir / "ray"),
+        failure_config=tune.FailureConfig(max_failures=s.max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+        callbacks=[tracker, progress, JsonLoggerCallback()],
+        verbose=0,
+    )
+    tune_config = tune.TuneConfig(
+        search_alg=space.search_algorithm(spec),
+        scheduler=space.scheduler(spec),
+        num_samples=s.num_samples,
+        # Tune's variant generator takes its limit itself (space.search_algorithm).
+        max_concurrent_trials=s.max_concurrent if s.search == "optuna" else None,
+        reuse_actors=True,
+        time_budget_s=s.time_budget_s,
+    )
+    tuner = tune.Tuner(
+        trainable,
+        param_space=space.param_space(spec),
+        tune_config=tune_config,
+        run_config=run_config,
+    )
+    return tuner, tracker
+
+
+def _report(spec, out_dir: Path, uri: str, parent_id: str, seconds: float, errors: int) -> str:
+    table = (out_dir / "table.md").read_text() if (out_dir / "table.md").exists() else ""
+    lines = [
+        table.rstrip(),
+        "",
+        f"sweep {spec.name}: done in {seconds:.0f} s"
+        + (f", {errors} trial(s) errored" if errors else ""),
+        f"outputs:        {out_dir}",
+        f"mlflow:         {uri}  (experiment {spec.name!r}, parent run {parent_id})",
+        f"mlflow ui:      mlflow ui --backend-store-uri {uri}",
+        f"table again:    python -m sweeps.table {out_dir} --tracking-uri {uri}",
+    ]
+    return "\n".join(lines)
+
+
+def _quiet_logs() -> None:
+    """Ray and MLflow talk a lot at INFO; the progress line is the view of a sweep."""
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    # Tune's new console output prints a banner even at verbose=0; the old one is silent there.
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    # Result files come from JsonLoggerCallback alone (no CSV or TensorBoard files per trial).
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # The sweep metric may be reported only at the end (test/*); validation already ensured
+    # that whatever decides on intermediate results (ASHA, Optuna) uses a per-eval metric.
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    for name in ("ray", "ray.tune", "ray.train", "mlflow", "alembic", "optuna"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _init_ray(address: str | None) -> None:
+    import ray
+
+    # ERROR while starting: Ray's start-up notices are not the user's business; Tune's warnings
+    # during the sweep are, so its logger goes back to WARNING.
+    if address:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    else:
+        ray.init(
+            num_cpus=os.cpu_count(),
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
+    logging.getLogger("ray.tune").setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    from arith.cli import run_main
+
+    run_main(main)

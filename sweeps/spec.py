@@ -1,0 +1,349 @@
+"""The search-space file as validated data: the ``sweep``, ``base``, ``space``, ``derived`` and
+``table`` blocks.
+
+A spec is checked completely before anything starts (no Ray, no MLflow run), and every mistake is
+one line naming its dotted path and the bad value, e.g.
+``space.model.d_model: expected a non-empty list of values, but got []``::
+
+    sweep: {name: width_vs_depth, metric: test/exact_match, mode: max, search: grid}
+    base: {task: {name: addition, n_digits: 3}, train: {max_steps: 500}}
+    space: {model.d_model: [64, 128], model.n_layer: [2, 4]}
+    derived: {optim.lr: "1e-3 * sqrt(train.batch_size / 32)"}
+    table: {rows: [model.d_model], columns: [model.n_layer], values: [test/exact_match]}
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from arith import dataconf
+from arith.errors import ConfigError, require
+from sweeps.space import Derived, Dimension, parse_derived, parse_dimension
+
+BLOCKS = ("sweep", "base", "space", "derived", "table")
+# Metrics train() reports only once, at the end: a scheduler or a model-based searcher that
+# decides on intermediate results cannot use them.
+FINAL_ONLY_PREFIXES = ("test/", "ood/", "longer/", "edge/", "best/")
+# Summary values train() returns besides the metrics; tables may show them.
+SUMMARY_COLUMNS = (
+    "n_params",
+    "n_params_non_embedding",
+    "flops_per_token",
+    "steps",
+    "wall_time_s",
+    "best/val/exact_match",
+    "train/steps_to_100pct",
+    "val/steps_to_threshold",
+)
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class SpecError(ConfigError):
+    """A mistake in a search-space file; ``str(err)`` is the one line a command prints."""
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    """Early stopping of trials (``fifo``: none; ``asha``: Li et al. 2020), in units of reports."""
+
+    name: Literal["fifo", "asha"] = "fifo"
+    grace_period: int = 1
+    reduction_factor: float = 3.0
+    max_t: int = 100
+
+
+@dataclass(frozen=True)
+class ResourcesSpec:
+    """What one trial holds; ``gpu`` may be a fraction so small trials share a device."""
+
+    cpu: float = 1.0
+    gpu: float = 0.0
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """The ``sweep:`` block: what is searched, how, and how much runs at once."""
+
+    name: str
+    metric: str = "val/exact_match"
+    mode: Literal["max", "min"] = "max"
+    search: Literal["grid", "random", "optuna"] = "grid"
+    seed: int = 0
+    num_samples: int = 1
+    seeds: tuple[int, ...] | None = None
+    scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
+    max_concurrent: int | None = None
+    resources: ResourcesSpec = field(default_factory=ResourcesSpec)
+    max_failures: int = 1
+    time_budget_s: float | None = None
+
+
+@dataclass(frozen=True)
+class TableBlock:
+    """One ``table:`` entry as written; converted to ``sweeps.tables.TableSpec``."""
+
+    name: str = "table"
+    rows: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+    values: tuple[str, ...] = ("test/exact_match",)
+    aggregate: Literal["mean_std", "mean", "max", "min", "median"] = "mean_std"
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated search-space file."""
+
+    sweep: SweepSettings
+    base: dict[str, Any]
+    space: dict[str, Dimension]
+    derived: dict[str, Derived]
+    tables: tuple[Any, ...]  # sweeps.tables.TableSpec
+    raw: dict[str, Any]  # the spec as run (after --set), for the MLflow artifact
+
+    @property
+    def name(self) -> str:
+        return self.sweep.name
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.raw, sort_keys=False)
+
+
+def load_spec(path: str | Path, overrides: list[str] = ()) -> SweepSpec:
+    """Read, override and validate a spec file; raises SpecError (one line) on any mistake."""
+    raw = apply_overrides(read_yaml(path), list(overrides))
+    return parse_spec(raw)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise SpecError("spec", f"cannot read {str(path)!r}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise SpecError("spec", f"{path}{where} is not valid YAML") from None
+    if not isinstance(data, dict):
+        raise SpecError("spec", f"{path} must hold a mapping, but holds {type(data).__name__}")
+    return data
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``--set`` on the spec: ``base.train.max_steps=50``, ``space.model.d_model=[64,128]``,
+    ``sweep.scheduler.name=asha``, ``derived.optim.lr=...``, ``table.rows=[model.n_layer]``."""
+    out = yaml.safe_load(yaml.safe_dump(raw))  # a deep copy of plain data
+    for text in overrides:
+        key, sep, value_text = text.partition("=")
+        key = key.strip()
+        if not sep or "." not in key:
+            raise SpecError("--set", f"expected block.dotted.key=value, but got {text!r}")
+        try:
+            value = yaml.safe_load(value_text) if value_text.strip() else ""
+        except yaml.YAMLError:
+            value = value_text
+        block, rest = key.split(".", 1)
+        if block not in BLOCKS:
+            raise SpecError("--set", f"{key!r} must start with one of {', '.join(BLOCKS)}")
+        section = out.setdefault(block, {})
+        if block in ("space", "derived"):  # their keys are themselves dotted paths
+            if not isinstance(section, dict):
+                raise SpecError(block, f"expected a mapping, but got {section!r}")
+            section[rest] = value
+        elif block == "table" and isinstance(section, list):
+            index, _, sub = rest.partition(".")
+            if not index.isdigit() or int(index) >= len(section) or not sub:
+                raise SpecError("--set", f"table is a list; use table.<index>.<key>, got {key!r}")
+            dataconf.set_dotted(section[int(index)], sub, value)
+        else:
+            try:
+                dataconf.set_dotted(out, key, value)
+            except ConfigError as err:
+                raise SpecError(err.path, err.message) from None
+    return out
+
+
+def parse_spec(raw: dict[str, Any]) -> SweepSpec:
+    """Validate plain data into a SweepSpec (see the module docstring)."""
+    try:
+        return _parse(raw)
+    except SpecError:
+        raise
+    except ConfigError as err:
+        raise SpecError(err.path, err.message) from None
+
+
+def _parse(raw: dict[str, Any]) -> SweepSpec:
+    from arith.config import RunConfig
+
+    unknown = sorted(set(raw) - set(BLOCKS), key=str)
+    require(not unknown, str(unknown[0]) if unknown else "", f"unknown block; allowed: {BLOCKS}")
+    require("sweep" in raw, "sweep", "missing; a spec needs at least sweep.name")
+    sweep = dataconf.from_dict(SweepSettings, raw["sweep"], "sweep")
+    _check_settings(sweep)
+    base = raw.get("base") or {}
+    require(isinstance(base, dict), "base", f"expected a mapping, but got {base!r}")
+    paths = dataconf.field_paths(RunConfig)
+    space = _mapping(raw, "space")
+    space = {k: parse_dimension(f"space.{k}", k, v, paths) for k, v in space.items()}
+    derived = _mapping(raw, "derived")
+    derived = {k: parse_derived(f"derived.{k}", k, v, paths) for k, v in derived.items()}
+    _check_overlap(space, derived, sweep)
+    tables = _parse_tables(raw.get("table"), paths)
+    spec = SweepSpec(sweep, base, space, derived, tables, raw)
+    from sweeps.space import validation_points
+
+    metrics = _check_configs(spec, validation_points(spec))
+    _check_metrics(spec, metrics)
+    return spec
+
+
+def _mapping(raw: dict[str, Any], block: str) -> dict[str, Any]:
+    value = raw.get(block) or {}
+    require(isinstance(value, dict), block, f"expected a mapping, but got {value!r}")
+    return value
+
+
+def _check_settings(s: SweepSettings) -> None:
+    require(
+        bool(_NAME.match(s.name)), "sweep.name", f"expected [A-Za-z0-9_.-]+, but got {s.name!r}"
+    )
+    require(s.num_samples >= 1, "sweep.num_samples", f"must be >= 1, but got {s.num_samples}")
+    require(s.max_failures >= 0, "sweep.max_failures", f"must be >= 0, but got {s.max_failures}")
+    require(
+        s.max_concurrent is None or s.max_concurrent >= 1,
+        "sweep.max_concurrent",
+        f"must be >= 1 or null, but got {s.max_concurrent}",
+    )
+    require(s.resources.cpu >= 0, "sweep.resources.cpu", f"must be >= 0, got {s.resources.cpu}")
+    require(s.resources.gpu >= 0, "sweep.resources.gpu", f"must be >= 0, got {s.resources.gpu}")
+    require(
+        s.time_budget_s is None or s.time_budget_s > 0,
+        "sweep.time_budget_s",
+        f"must be > 0 or null, but got {s.time_budget_s}",
+    )
+    if s.seeds is not None:
+        require(len(s.seeds) > 0, "sweep.seeds", "expected a non-empty list, but got []")
+        require(
+            s.search != "optuna" or len(s.seeds) == 1,
+            "sweep.seeds",
+            f"repeats over seeds need search grid or random, not optuna ({list(s.seeds)})",
+        )
+    sch = s.scheduler
+    if sch.name == "asha":
+        require(sch.grace_period >= 1, "sweep.scheduler.grace_period", f"must be >= 1, got {sch}")
+        require(
+            sch.max_t >= sch.grace_period,
+            "sweep.scheduler.max_t",
+            f"must be >= grace_period, got {sch.max_t}",
+        )
+        require(
+            sch.reduction_factor > 1,
+            "sweep.scheduler.reduction_factor",
+            f"must be > 1, got {sch.reduction_factor}",
+        )
+
+
+def _check_overlap(space: dict, derived: dict, sweep: SweepSettings) -> None:
+    searched: set[str] = set()
+    for key, dim in space.items():
+        for path in dim.paths:
+            require(path not in searched, f"space.{key}", f"{path} is searched by another key too")
+            searched.add(path)
+    for path in derived:
+        require(path not in searched, f"derived.{path}", "is also searched in space; keep one")
+    if sweep.seeds is not None:
+        require(
+            "train.seed" not in searched and "train.seed" not in derived,
+            "sweep.seeds",
+            "repeats over train.seed, which space or derived also sets; keep one",
+        )
+
+
+def _parse_tables(value: Any, paths: set[str]) -> tuple[Any, ...]:
+    from sweeps.tables import TableSpec
+
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else [value]
+    tables = []
+    for i, item in enumerate(items):
+        where = f"table[{i}]" if isinstance(value, list) else "table"
+        block = dataconf.from_dict(TableBlock, item, where)
+        for key in ("rows", "columns"):
+            for j, path in enumerate(getattr(block, key)):
+                require(
+                    path in paths or path in SUMMARY_COLUMNS,
+                    f"{where}.{key}[{j}]",
+                    f"expected a config path or a summary column, but got {path!r}",
+                )
+        require(len(block.values) > 0, f"{where}.values", "expected at least one metric")
+        tables.append(
+            TableSpec(block.name, block.rows, block.columns, block.values, block.aggregate)
+        )
+    return tuple(tables)
+
+
+def _check_configs(spec: SweepSpec, points: list[dict[str, Any]]) -> set[str]:
+    """Build the RunConfig of each validation point; return every metric name they report."""
+    from arith.trainer import reported_metrics
+    from sweeps.space import resolve_run_config
+
+    metrics: set[str] = set()
+    for point in points:
+        try:
+            cfg = resolve_run_config(spec.base, point, spec.derived)
+        except ConfigError as err:
+            raise SpecError(_blame(err.path, spec), _with_point(err.message, point)) from None
+        metrics |= reported_metrics(cfg)
+    return metrics
+
+
+def _blame(path: str, spec: SweepSpec) -> str:
+    """The spec block a bad config value came from."""
+    if path in spec.derived:
+        return f"derived.{path}"
+    for key, dim in spec.space.items():
+        if path in dim.paths:
+            return f"space.{key}"
+    return f"base.{path}" if path and path != "config" else "base"
+
+
+def _with_point(message: str, point: dict[str, Any]) -> str:
+    return f"{message} (trial {point})" if point else message
+
+
+def _check_metrics(spec: SweepSpec, metrics: set[str]) -> None:
+    s = spec.sweep
+    require(
+        s.metric in metrics,
+        "sweep.metric",
+        f"{s.metric!r} is never reported for this base config; known: {_some(metrics)}",
+    )
+    decides_early = s.search == "optuna" or s.scheduler.name == "asha"
+    require(
+        not (decides_early and s.metric.startswith(FINAL_ONLY_PREFIXES)),
+        "sweep.metric",
+        f"{s.metric!r} is only measured at the end, but {s.search}/{s.scheduler.name} decide on "
+        "intermediate reports; use a val/* or train/* metric",
+    )
+    for i, table in enumerate(spec.tables):
+        where = f"table[{i}]" if isinstance(spec.raw.get("table"), list) else "table"
+        for j, value in enumerate(table.values):
+            require(
+                value in metrics or value in SUMMARY_COLUMNS,
+                f"{where}.values[{j}]",
+                f"{value!r} is never reported for this base config; known: {_some(metrics)}",
+            )
+
+
+def _some(metrics: set[str]) -> str:
+    names = sorted(m for m in metrics if "/" in m)
+    return ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")

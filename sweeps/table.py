@@ -1,0 +1,110 @@
+"""Rebuild a sweep's tables and plots from MLflow alone, and print the markdown tables.
+
+    python -m sweeps.table width_vs_depth           # an experiment -> results/width_vs_depth/
+    python -m sweeps.table results/width_vs_depth   # an output folder, rebuilt in place
+    python -m sweeps.table width_vs_depth --tracking-uri sqlite:///mlflow.db --out /tmp/tables
+
+Table specs come from the folder's spec.yaml copy when given a folder that has one, else from the
+parent run's spec.yaml artifact, else the defaults (the metric by every axis the sweep varied).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import yaml
+from mlflow.exceptions import MlflowException
+
+from sweeps.collect import (
+    CollectError,
+    child_runs,
+    curves_frame,
+    find_parent_run,
+    open_client,
+    spec_from_parent,
+    trials_frame,
+    write_outputs,
+)
+from sweeps.plots import CURVE_METRICS
+from sweeps.tables import TableSpec, default_table_specs, table_specs_from_block
+
+DEFAULT_OUT = "results"
+
+
+def resolve_tracking_uri(flag: str | None) -> str:
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db."""
+    return flag or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m sweeps.table", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("sweep", metavar="SWEEP_NAME_OR_DIR", help="experiment name or DIR/<name>")
+    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
+    parser.add_argument(
+        "--out", default=None, help=f"output root; writes OUT/<name> ({DEFAULT_OUT})"
+    )
+    parser.add_argument("--parent-run-id", default=None, help="a sweep other than the newest")
+    return parser.parse_args(argv)
+
+
+def _target(sweep: str, out: str | None) -> tuple[str, Path, Path | None]:
+    """(experiment name, output folder, folder holding a spec.yaml copy or None)."""
+    path = Path(sweep)
+    if path.is_dir() or os.sep in sweep or "/" in sweep:
+        name = path.resolve().name
+        out_dir = Path(out) / name if out else path
+        return name, out_dir, path if (path / "spec.yaml").is_file() else None
+    return sweep, Path(out or DEFAULT_OUT) / sweep, None
+
+
+def _load_spec_file(path: Path) -> dict | None:
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise CollectError(f"{path}: not YAML ({' '.join(str(err).split())})") from None
+    return spec if isinstance(spec, dict) else None
+
+
+def _table_specs(spec: dict | None) -> tuple[list[TableSpec], str | None]:
+    """(table specs, sweep metric) from a parsed search-space file; ([], None) without one."""
+    if spec is None:
+        return [], None
+    sweep = spec.get("sweep") if isinstance(spec.get("sweep"), dict) else {}
+    metric = sweep.get("metric") if isinstance(sweep.get("metric"), str) else None
+    return table_specs_from_block(spec.get("table")), metric
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    uri = resolve_tracking_uri(args.tracking_uri)
+    try:
+        name, out_dir, spec_dir = _target(args.sweep, args.out)
+        client = open_client(uri)
+        parent = find_parent_run(client, name, args.parent_run_id)
+        if spec_dir is not None:
+            spec = _load_spec_file(spec_dir / "spec.yaml")
+        else:
+            spec = spec_from_parent(client, parent)
+        specs, metric = _table_specs(spec)
+        runs = child_runs(client, parent)
+        trials = trials_frame(runs)
+        specs = specs or default_table_specs(trials, metric)
+        wanted = [*CURVE_METRICS, *(v for s in specs for v in s.values)]
+        curves = curves_frame(client, runs, wanted)
+        paths = write_outputs(trials, curves, specs, out_dir, metric=metric)
+    except (CollectError, ValueError, MlflowException, OSError) as err:
+        message = " ".join(str(getattr(err, "message", None) or err).split())
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    print((out_dir / "table.md").read_text(encoding="utf-8"), end="")
+    print(f"wrote {len(paths)} files to {out_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""Scaling tables: a trials DataFrame -> aggregated tables and their markdown (pure functions).
+
+A table groups the trials by its row and column keys (dotted config paths such as
+``model.d_model``, or summary columns such as ``n_params``) and aggregates every value over the
+trials of a group, i.e. over the seeds and repeats of one configuration. With column keys the
+table is a pivot. A ``mean_std`` cell renders as ``0.912 ± 0.013 (n=3)``; a single trial as
+``0.912``; a ``steps_to`` value as an integer, or ``—`` when no trial of the group got there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+AGGREGATES = ("mean_std", "mean", "max", "min", "median")
+# Every value gets all of these; ``n`` counts the trials with a value, ``trials`` all of them.
+STATS = ("mean", "std", "n", "trials", "min", "max", "median")
+# Counts that read better as integers than as "12345.000".
+INTEGER_VALUES = frozenset({"n_params", "n_params_non_embedding", "flops_per_token", "steps"})
+PRIMARY_METRICS = ("test/exact_match", "best/val/exact_match", "val/exact_match")
+MISSING = "—"
+# The row label of a table without row keys.
+ALL_LABEL = "all"
+_SPEC_KEYS = ("name", "rows", "columns", "values", "aggregate")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One scaling table: which keys make its rows and columns, which values fill its cells."""
+
+    name: str = "table"
+    """Heading in table.md and suffix of table_<name>.csv."""
+    rows: tuple[str, ...] = ()
+    """Row keys: dotted config paths or trial columns such as ``n_params``."""
+    columns: tuple[str, ...] = ()
+    """Column keys; when given, the table is a pivot of rows x columns."""
+    values: tuple[str, ...] = ("test/exact_match",)
+    """Metric names or summary columns shown in the cells."""
+    aggregate: str = "mean_std"
+    """How a cell summarises its group: mean_std | mean | max | min | median."""
+
+    def __post_init__(self) -> None:
+        # Accept lists (and a lone string) so callers can pass YAML values straight through.
+        for field in ("rows", "columns", "values"):
+            keys = getattr(self, field)
+            object.__setattr__(self, field, (keys,) if isinstance(keys, str) else tuple(keys))
+        if self.aggregate not in AGGREGATES:
+            raise ValueError(
+                f"aggregate must be one of {', '.join(AGGREGATES)}, but got {self.aggregate!r}"
+            )
+        if not self.values:
+            raise ValueError(f"table {self.name!r}: values must not be empty")
+        shared = sorted(set(self.rows) & set(self.columns))
+        if shared:
+            raise ValueError(f"table {self.name!r}: {shared[0]!r} is both a row and a column key")
+
+
+def table_specs_from_block(block: object) -> list[TableSpec]:
+    """The ``table:`` block of a search-space file (one mapping, a list of them, or None)."""
+    if block is None:
+        return []
+    if isinstance(block, Mapping):
+        items, paths = [block], ["table"]
+    elif isinstance(block, list):
+        items, paths = block, [f"table[{i}]" for i in range(len(block))]
+    else:
+        raise ValueError(f"table: expected a mapping or a list of mappings, but got {block!r}")
+    specs = [
+        _spec_from_mapping(item, path, i)
+        for i, (item, path) in enumerate(zip(items, paths, strict=True))
+    ]
+    names = [spec.name for spec in specs]
+    for name in names:
+        if names.count(name) > 1:
+            raise ValueError(f"table: names must be unique, but {name!r} appears twice")
+    return specs
+
+
+def _spec_from_mapping(item: object, path: str, index: int) -> TableSpec:
+    if not isinstance(item, Mapping):
+        raise ValueError(f"{path}: expected a mapping, but got {item!r}")
+    unknown = sorted(set(item) - set(_SPEC_KEYS), key=str)
+    if unknown:
+        raise ValueError(f"{path}.{unknown[0]}: unknown key (allowed: {', '.join(_SPEC_KEYS)})")
+    name = item.get("name", "table" if index == 0 else f"table_{index + 1}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{path}.name: expected a non-empty string, but got {name!r}")
+    aggregate = item.get("aggregate", "mean_std")
+    if aggregate not in AGGREGATES:
+        raise ValueError(
+            f"{path}.aggregate: must be one of {', '.join(AGGREGATES)}, but got {aggregate!r}"
+        )
+    keys = {f: _string_list(item.get(f, []), f"{path}.{f}") for f in ("rows", "columns")}
+    values = _string_list(item.get("values", ["test/exact_match"]), f"{path}.values")
+    if not values:
+        raise ValueError(f"{path}.values: must not be empty")
+    try:
+        return TableSpec(
+            name, tuple(keys["rows"]), tuple(keys["columns"]), tuple(values), aggregate
+        )
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def _string_list(value: object, path: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{path}: expected a list of names, but got {value!r}")
+    return value
+
+
+def varied_axes(trials: pd.DataFrame) -> list[str]:
+    """Config columns (dotted paths) that take more than one value across the trials."""
+    config_columns = [c for c in trials.columns if "." in c and "/" not in c]
+    return [c for c in config_columns if trials[c].nunique(dropna=False) > 1]
+
+
+def primary_metric(trials: pd.DataFrame) -> str:
+    """The headline metric: test exact match where the trials have it, else validation's."""
+    for name in PRIMARY_METRICS:
+        if name in trials.columns and trials[name].notna().any():
+            return name
+    return PRIMARY_METRICS[0]
+
+
+def default_table_specs(
+    trials: pd.DataFrame, metric: str | None = None, max_levels: int = 8
+) -> list[TableSpec]:
+    """Tables for a sweep whose spec names none: metric by every varied axis, plus the pivots."""
+    metric = metric or primary_metric(trials)
+    axes = [a for a in varied_axes(trials) if a != "train.seed"]
+    values = [metric]
+    for extra in ("n_params", "val/steps_to_threshold"):
+        if extra in trials.columns and extra != metric:
+            values.append(extra)
+    specs = [TableSpec("table", rows=tuple(axes), values=tuple(values))]
+    pivots = {
+        "width_vs_depth": ("model.d_model", "model.n_layer"),
+        "batch_size_vs_lr": ("train.batch_size", "optim.lr"),
+    }
+    for name, (row, column) in pivots.items():
+        # A random search draws a new lr per trial; a pivot over those would be all holes.
+        if row in axes and column in axes and trials[column].nunique() <= max_levels:
+            specs.append(TableSpec(name, rows=(row,), columns=(column,), values=(metric,)))
+    return specs
+
+
+def _grouped_stats(trials: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
+    """Index: the group keys (a constant "" level first when there are no rows); columns:
+    (value, stat)."""
+    missing = [k for k in (*spec.rows, *spec.columns) if k not in trials.columns]
+    if missing:
+        raise ValueError(
+            f"table {spec.name!r}: the trials have no column {missing[0]!r} "
+            f"(columns: {', '.join(map(str, trials.columns))})"
+        )
+    frame = trials.copy()
+    row_keys = list(spec.rows)
+    if not row_keys:
+        frame[""] = ALL_LABEL
+        row_keys = [""]
+    values = pd.DataFrame(
+        {v: pd.to_numeric(frame.get(v), errors="coerce") for v in spec.values}, index=frame.index
+    )
+    grouped = values.groupby(
+        [frame[k] for k in (*row_keys, *spec.columns)], dropna=False, sort=True
+    )
+    per_stat = {
+        "mean": grouped.mean(),
+        "std": grouped.std(ddof=1),
+        "n": grouped.count(),
+        "min": grouped.min(),
+        "max": grouped.max(),
+        "median": grouped.median(),
+    }
+    sizes = grouped.size()
+    columns = {}
+    for value in spec.values:
+        for stat in STATS:
+            columns[(value, stat)] = sizes if stat == "trials" else per_stat[stat][value]
+    return pd.DataFrame(columns)
+
+
+def summarise(trials: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
+    """One row per group: the key columns, then ``<value>:<stat>`` columns (table.csv)."""
+    long = _grouped_stats(trials, spec)
+    long.columns = [f"{value}:{stat}" for value, stat in long.columns]
+    flat = long.reset_index()
+    return flat.drop(columns=[""]) if not spec.rows else flat
+
+
+def build_table(trials: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
+    """The table as a frame: index = row keys (one ``all`` row when there are none); columns =
+    (*column key values, value, stat), so ``table.loc[64, (2, "test/exact_match", "mean")]``."""
+    wide = _grouped_stats(trials, spec)
+    if spec.columns:
+        wide = wide.unstack(list(spec.columns))
+        n_keys = len(spec.columns)
+        wide = wide.reorder_levels([*range(2, 2 + n_keys), 0, 1], axis=1)
+        combos = list(dict.fromkeys(c[:n_keys] for c in wide.columns))
+        order = [(*c, v, s) for c in combos for v in spec.values for s in STATS]
+        wide = wide[order]
+    for column in wide.columns:
+        if column[-1] in ("n", "trials"):
+            wide[column] = wide[column].fillna(0).astype(int)
+    return wide
+
+
+def column_combos(table: pd.DataFrame, spec: TableSpec) -> list[tuple]:
+    """The column-key value combinations of a built table, in order (``[()]`` without pivot)."""
+    n_keys = len(spec.columns)
+    return list(dict.fromkeys(tuple(c[:n_keys]) for c in table.columns))
+
+
+def format_key(value: object) -> str:
+    """A row or column key as a label: 64, 0.0003, None, plain."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "None"
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    if isinstance(value, float | np.floating):
+        return str(int(value)) if float(value).is_integer() else f"{value:g}"
+    return str(value)
+
+
+def format_number(x: float, integer: bool = False) -> str:
+    if x is None or not np.isfinite(x):
+        return MISSING if x is None or np.isnan(x) else str(x)
+    if integer:
+        return str(round(x))
+    if abs(x) >= 1000:
+        return f"{x:.0f}"
+    if x != 0 and abs(x) < 1e-3:
+        return f"{x:.2e}"
+    return f"{x:.3f}"
+
+
+def is_integer_value(name: str) -> bool:
+    return name in INTEGER_VALUES or "steps_to" in name
+
+
+def format_cell(stats: Mapping[str, float], value: str, aggregate: str) -> str:
+    """One cell from a group's stats; see the module docstring for the forms."""
+    n, trials = int(stats["n"]), int(stats["trials"])
+    if n == 0:
+        return MISSING
+    integer = is_integer_value(value)
+    if aggregate != "mean_std":
+        return format_number(stats[aggregate], integer)
+    # A steps_to value is missing when a seed never got there: say how many did.
+    count = f"n={n}/{trials}" if "steps_to" in value and n < trials else f"n={n}"
+    mean = format_number(stats["mean"], integer)
+    if integer and "steps_to" not in value and stats["min"] == stats["max"]:
+        return mean if n == trials else f"{mean} ({count})"  # n_params of one config
+    if n == 1:
+        return mean if count == "n=1" else f"{mean} ({count})"
+    return f"{mean} ± {format_number(stats['std'], integer)} ({count})"
+
+
+def to_markdown(table: pd.DataFrame, spec: TableSpec) -> str:
+    """The built table as a GitHub markdown table (no dependency on ``tabulate``)."""
+    row_names = list(spec.rows) or [""]
+    combos = column_combos(table, spec)
+    header = list(row_names)
+    for combo in combos:
+        label = ", ".join(f"{k}={format_key(v)}" for k, v in zip(spec.columns, combo, strict=True))
+        for value in spec.values:
+            if not label:
+                header.append(value)
+            else:
+                header.append(label if len(spec.values) == 1 else f"{label} · {value}")
+    body = []
+    for label, row in table.iterrows():
+        keys = label if isinstance(label, tuple) else (label,)
+        cells = [format_key(k) for k in keys]
+        for combo in combos:
+            for value in spec.values:
+                stats = {s: row[(*combo, value, s)] for s in STATS}
+                cells.append(format_cell(stats, value, spec.aggregate))
+        body.append(cells)
+    return render_markdown(header, body, n_left=len(row_names))
+
+
+def render_markdown(header: Sequence[str], body: Iterable[Sequence[str]], n_left: int = 1) -> str:
+    """A padded markdown table; the first ``n_left`` columns left-aligned, the rest right."""
+    rows = [[str(c).replace("|", "\\|") for c in r] for r in [header, *body]]
+    widths = [max(3, *(len(r[i]) for r in rows)) for i in range(len(header))]
+    rule = ["-" * w if i < n_left else "-" * (w - 1) + ":" for i, w in enumerate(widths)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            c.ljust(w) if i < n_left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "| " + " | ".join(padded) + " |"
+
+    return "\n".join([line(rows[0]), line(rule), *(line(r) for r in rows[1:])])
+
+
+def describe(spec: TableSpec) -> str:
+    """A one-line caption: what the cells hold and over what."""
+    how = {
+        "mean_std": "mean ± std over trials with equal keys (seeds, repeats)",
+        "mean": "mean over trials with equal keys",
+    }.get(spec.aggregate, f"{spec.aggregate} over trials with equal keys")
+    parts = [f"{', '.join(spec.values)}: {how}"]
+    if spec.rows:
+        parts.append(f"rows: {', '.join(spec.rows)}")
+    if spec.columns:
+        parts.append(f"columns: {', '.join(spec.columns)}")
+    return "; ".join(parts) + "."

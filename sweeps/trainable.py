@@ -1,0 +1,58 @@
+"""The function trainable: a trial's flat Tune config -> arith RunConfig -> ``arith.trainer.train``.
+
+Each evaluation is reported to Tune with the checkpoint train() wrote just before it, so a
+failed trial (or a resumed sweep) continues from its last report. After train() returns, one
+more report carries the summary (``stopped_reason``, sizes, steps-to-threshold), which the
+driver-side MLflow callback records. The trial knows nothing of MLflow or tracking URIs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sweeps.space import Derived, resolve_run_config
+
+# train() marks its last report "done": 1, which Tune would take as "stop this trial now",
+# before the summary report; the checkpoint path is not a metric.
+_NOT_REPORTED = ("done", "checkpoint")
+
+
+def reportable(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Numeric values only (no None, no strings), without the keys Tune would misread."""
+    return {
+        k: v
+        for k, v in metrics.items()
+        if k not in _NOT_REPORTED and isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def summary_report(summary: dict[str, Any]) -> dict[str, Any]:
+    """The last report: numeric summary values plus ``stopped_reason`` (the callback's marker)."""
+    out = reportable(summary)
+    out["stopped_reason"] = str(summary.get("stopped_reason", "max_steps"))
+    return out
+
+
+def train_trial(config: dict[str, Any], base: dict[str, Any], derived: dict[str, Derived]) -> None:
+    """Tune's function trainable (bind ``base`` and ``derived`` with ``tune.with_parameters``)."""
+    from ray import tune
+
+    from arith.trainer import train
+
+    run_config = resolve_run_config(base, config, derived)
+    with tempfile.TemporaryDirectory(prefix="arith-trial-") as tmp:
+        resume_from = None
+        restored = tune.get_checkpoint()
+        if restored is not None:
+            resume_from = restored.to_directory(str(Path(tmp) / "restored"))
+
+        def report(metrics: dict[str, Any]) -> None:
+            path = metrics.get("checkpoint")
+            checkpoint = tune.Checkpoint.from_directory(path) if path else None
+            tune.report(reportable(metrics), checkpoint=checkpoint)
+
+        checkpoint_dir = Path(tmp) / "checkpoint"
+        summary = train(run_config, report, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
+    tune.report(summary_report(summary))

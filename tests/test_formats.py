@@ -1,0 +1,323 @@
+"""Tests for arith.formats: seed literal examples, round trips, loss masks, config errors."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pytest
+
+from arith import tasks
+from arith.errors import ConfigError
+from arith.formats import Encoded, FormatConfig, build_format
+from arith.tasks import TaskConfig
+
+ARITH_TASKS = {
+    "add3": TaskConfig("addition", n_digits=3),
+    "add20": TaskConfig("addition", n_digits=20, operand_lengths="bucketed"),
+    "add100": TaskConfig("addition", n_digits=100),
+    "mul5": TaskConfig("multiplication", n_digits=5, operand_lengths="fixed"),
+    "multi3": TaskConfig("multi_op", n_digits=3),
+    "mod_add": TaskConfig("modular", operation="add"),
+    "mod_sub": TaskConfig("modular", operation="sub"),
+    "mod_div": TaskConfig("modular", operation="div"),
+}
+SORT = TaskConfig("sorting", n_digits=6, max_items=8)
+NUMBER_FORMATS = ["plain", "spaced", "reversed", "base100"]
+
+
+def fmt(name: str, task: TaskConfig, **kw):
+    return build_format(FormatConfig(name, **kw), task)
+
+
+def encode_text(name: str, task: TaskConfig, rows, ops=None) -> list[str]:
+    f = fmt(name, task)
+    return [f.decode(r) for r in f.encode(tasks.from_ints(task, rows, ops)).tokens]
+
+
+# -- literal examples ---------------------------------------------------------------------------
+
+
+def test_carry_trace_seed_004_examples():
+    task = TaskConfig("multi_op", n_digits=3)
+    rows = [[123, 45], [123, 45], [0, 999], [999, 999], [5, 4]]
+    got = encode_text("carry_trace", task, rows, ["+", "*", "-", "*", "//"])
+    assert got == [
+        "123+  45=+800600100000000000",
+        "123*  45=+501302501500000000",
+        "  0- 999=-900900900000000000",
+        "999* 999=+108017026818909900",
+        "  5//  4=+100000000000000000",
+    ]
+
+
+def test_carry_trace_records_addition_carries():
+    task = TaskConfig("addition", n_digits=3)
+    (text,) = encode_text("carry_trace", task, [[999, 1]])
+    assert text == "999+   1=+001001001100"  # 1000: every column carries into the next
+
+
+def test_plain_spaced_reversed_base100_examples():
+    add = TaskConfig("addition", n_digits=4)
+    assert encode_text("plain", add, [[1234, 5678]]) == ["1234 + 5678 =6912"]
+    assert encode_text("spaced", add, [[1234, 5678]]) == ["1 234 + 5 678=6 912"]
+    assert encode_text("reversed", add, [[321, 54]]) == ["123+45=573"]
+    multi = TaskConfig("multi_op")
+    assert encode_text("plain", multi, [[123, 45], [0, 999]], ["*", "-"]) == [
+        "123 * 45 =5535",
+        "0 - 999 =-999",
+    ]
+    assert encode_text("plain", TaskConfig("modular"), [[20, 74]]) == ["20 + 74 =94"]
+    f = fmt("base100", TaskConfig())
+    enc = f.encode(tasks.from_ints(TaskConfig(), [[123, 456]]))
+    v = f.vocab.index
+    assert enc.tokens.tolist() == [[1, 23, v("+"), 4, 56, v("="), 5, 79, f.eos_id]]
+    digits = tasks.from_ints(TaskConfig(n_digits=4), [[1234, 999], [0, 5]])
+    assert f.encode(digits).tokens[:, :2].tolist() == [[12, 34], [0, v("+")]]
+    assert f.encode(digits).tokens[0, 3:5].tolist() == [9, 99]
+
+
+def test_sorting_examples():
+    rows = [[89850, 1, 210273]]
+    assert encode_text("plain", SORT, rows) == ["a:89850,b:1,c:210273=bac"]
+    assert encode_text("reversed", SORT, rows) == ["a:05898,b:1,c:372012=bac"]
+    assert encode_text("spaced", SORT, rows) == ["a:89 850,b:1,c:210 273=bac"]
+
+
+# -- round trips --------------------------------------------------------------------------------
+
+
+def parse_number_text(name: str, text: str) -> tuple[int, str, int, int]:
+    """plain/spaced/reversed/base100 text -> (a, op, b, signed answer)."""
+    compact = "".join(text.split())
+    m = re.fullmatch(r"(\d+)(//|[-+*/%])(\d+)=(-?)(\d+)", compact)
+    assert m, text
+    a, op, b, sign, c = m.groups()
+    if name == "reversed":
+        a, b, c = a[::-1], b[::-1], c[::-1]
+    return int(a), op, int(b), -int(c) if sign else int(c)
+
+
+def parse_carry_trace(text: str, width: int) -> tuple[int, str, int, int, list[int]]:
+    """carry_trace text -> (a, op, b, signed answer, carries LSB first)."""
+    a, op, b = text[:width], text[width : width + 2], text[width + 2 : 2 * width + 2]
+    assert text[2 * width + 2] == "="
+    sign, trace = text[2 * width + 3], text[2 * width + 4 :]
+    digits = [int(trace[i]) for i in range(0, len(trace), 3)]
+    carries = [int(trace[i + 1 : i + 3]) for i in range(0, len(trace), 3)]
+    c = int("".join(map(str, digits[::-1])))
+    return int(a), op.strip(), int(b), -c if sign == "-" else c, carries
+
+
+def python_carries(a: int, b: int, op: str, r: int) -> list[int]:
+    """Column carries computed the slow, obvious way."""
+    da = [int(x) for x in str(a)[::-1]]
+    db = [int(x) for x in str(b)[::-1]]
+    carries, carry = [], 0
+    for col in range(r):
+        if op == "+":
+            s = (da[col] if col < len(da) else 0) + (db[col] if col < len(db) else 0)
+        elif op == "*":
+            s = sum(da[i] * db[col - i] for i in range(len(da)) if 0 <= col - i < len(db))
+        else:
+            return [0] * r
+        carry = (s + carry) // 10
+        carries.append(carry)
+    return carries
+
+
+@pytest.mark.parametrize("name", NUMBER_FORMATS)
+@pytest.mark.parametrize("key", list(ARITH_TASKS))
+def test_round_trip_number_formats(name, key):
+    task = ARITH_TASKS[key]
+    f = fmt(name, task)
+    problems = tasks.sample(task, 300, np.random.default_rng(1))
+    enc = f.encode(problems)
+    operands, answers = tasks.to_ints(problems)
+    symbols = tasks.op_symbols(task)
+    for row, (a, b), c, op in zip(enc.tokens, operands, answers, problems.op, strict=True):
+        assert parse_number_text(name, f.decode(row)) == (a, symbols[op], b, c)
+    assert enc.tokens.shape[1] <= f.max_seq_len()
+
+
+@pytest.mark.parametrize("key", [k for k in ARITH_TASKS if k != "add100"])
+def test_round_trip_carry_trace(key):
+    task = ARITH_TASKS[key]
+    f = fmt("carry_trace", task)
+    problems = tasks.sample(task, 300, np.random.default_rng(2))
+    enc = f.encode(problems)
+    assert enc.tokens.shape[1] == f.max_seq_len()  # fixed width
+    width = tasks.operand_width(task)
+    r = tasks.max_answer_digits(task)
+    operands, answers = tasks.to_ints(problems)
+    symbols = tasks.op_symbols(task)
+    for row, (a, b), c, op in zip(enc.tokens, operands, answers, problems.op, strict=True):
+        pa, pop, pb, pc, carries = parse_carry_trace(f.decode(row), width)
+        assert (pa, pop, pb, pc) == (a, symbols[op], b, c)
+        expected = [0] * r if task.name == "modular" else python_carries(a, b, pop, r)
+        assert carries == expected
+
+
+@pytest.mark.parametrize("name", ["plain", "spaced", "reversed"])
+def test_round_trip_sorting(name):
+    f = fmt(name, SORT)
+    problems = tasks.sample(SORT, 300, np.random.default_rng(3))
+    operands, _ = tasks.to_ints(problems)
+    for row, values in zip(f.encode(problems).tokens, operands, strict=True):
+        prompt, answer = "".join(f.decode(row).split()).split("=")
+        items = dict(item.split(":") for item in prompt.split(","))
+        parsed = [int(v[::-1] if name == "reversed" else v) for v in items.values()]
+        assert list(items) == [chr(ord("a") + i) for i in range(len(values))]
+        assert parsed == values
+        order = sorted(range(len(values)), key=lambda i: (values[i], i))
+        assert answer == "".join(chr(ord("a") + i) for i in order)
+
+
+def test_length_generalisation_encodes_wider_operands():
+    task = TaskConfig("multi_op", n_digits=3)
+    problems = tasks.sample(task, 200, np.random.default_rng(4), n_digits=(4, 6))
+    operands, answers = tasks.to_ints(problems)
+    f = fmt("plain", task)
+    enc = f.encode(problems)
+    assert enc.tokens.shape[1] <= f.max_seq_len(n_digits=6)
+    for row, (a, b), c in zip(enc.tokens, operands, answers, strict=True):
+        parsed = parse_number_text("plain", f.decode(row))
+        assert (parsed[0], parsed[2], parsed[3]) == (a, b, c)
+    trace = fmt("carry_trace", task)
+    texts = [trace.decode(r) for r in trace.encode(problems).tokens]
+    assert all(parse_carry_trace(t, 6)[3] == c for t, c in zip(texts, answers, strict=True))
+
+
+def test_max_seq_len_tight_for_addition_and_multiplication():
+    for task in [TaskConfig("addition", n_digits=7), TaskConfig("multiplication", n_digits=4)]:
+        nines = 10**task.n_digits - 1
+        worst = tasks.from_ints(task, [[nines, nines]])
+        for name in [*NUMBER_FORMATS, "carry_trace"]:
+            f = fmt(name, task)
+            assert f.encode(worst).tokens.shape[1] == f.max_seq_len(), name
+    f = fmt("plain", SORT)
+    worst = tasks.from_ints(SORT, [[999999] * 8])
+    assert f.encode(worst).tokens.shape[1] == f.max_seq_len()
+
+
+# -- masks, text helpers ------------------------------------------------------------------------
+
+
+def test_loss_mask_covers_answer_and_eos_only():
+    task = ARITH_TASKS["multi3"]
+    f = fmt("plain", task)
+    enc = f.encode(tasks.sample(task, 500, np.random.default_rng(5)))
+    assert isinstance(enc, Encoded)
+    n, t = enc.tokens.shape
+    mask = enc.loss_mask()
+    assert mask.shape == (n, t - 1)
+    target_pos = np.arange(1, t)[None, :]
+    prompt = target_pos < enc.prompt_len[:, None]
+    answer = ~prompt & (target_pos < (enc.prompt_len + enc.answer_len)[:, None])
+    assert not mask[prompt].any() and mask[answer].all() and not mask[~prompt & ~answer].any()
+    assert (mask.sum(axis=1) == enc.answer_len).all()
+    eos_pos = enc.prompt_len + enc.answer_len - 1
+    assert (enc.tokens[np.arange(n), eos_pos] == f.eos_id).all()
+    assert mask[np.arange(n), eos_pos - 1].all()  # EOS is a target
+    shifted = enc.loss_mask(mask_first_n=2)
+    assert (shifted.sum(axis=1) == enc.answer_len - 2).all()
+    # Target index p predicts token p + 1: the first two answer tokens are skipped.
+    assert not shifted[np.arange(n), enc.prompt_len - 1].any()
+    assert not shifted[np.arange(n), enc.prompt_len].any()
+    longer = np.flatnonzero(enc.answer_len > 2)
+    assert len(longer) > 100
+    assert shifted[longer, enc.prompt_len[longer] + 1].all()
+
+
+@pytest.mark.parametrize("name", ["plain", "spaced", "reversed", "carry_trace", "base100"])
+def test_answer_text_and_prompt_text(name):
+    task = ARITH_TASKS["multi3"]
+    f = fmt(name, task)
+    problems = tasks.sample(task, 50, np.random.default_rng(6))
+    enc = f.encode(problems)
+    texts = f.answer_text(problems)
+    for row, start, text in zip(enc.tokens, enc.prompt_len, texts, strict=True):
+        full = f.decode(row)
+        prompt = f.decode(row[:start])
+        assert full == prompt + text
+        assert f.encode_prompt_text(prompt) == row[:start].tolist()
+    assert all(t == f.normalise(t) or name == "spaced" for t in texts)
+    assert all(i < len(f.vocab) for i in enc.tokens.ravel())
+
+
+def test_answer_text_examples():
+    multi = TaskConfig("multi_op")
+    p = tasks.from_ints(multi, [[0, 999], [999, 999]], ["-", "*"])
+    assert fmt("base100", multi).answer_text(p) == ["-999", "998001"]
+    assert fmt("spaced", multi).answer_text(p) == ["-999", "998 001"]
+    assert fmt("spaced", multi).normalise(" 998 001\n") == "998001"
+    assert fmt("plain", SORT).answer_text(tasks.from_ints(SORT, [[3, 1, 2]])) == ["bca"]
+
+
+def test_encode_prompt_text_rejects_unknown_characters():
+    with pytest.raises(ValueError, match="vocabulary"):
+        fmt("plain", TaskConfig()).encode_prompt_text("12 & 3 =")
+    with pytest.raises(ValueError, match="vocabulary"):
+        fmt("base100", TaskConfig()).encode_prompt_text("12 ^ 3 =")
+    f = fmt("base100", TaskConfig())
+    assert f.encode_prompt_text("12345 + 6 =") == [1, 23, 45, 100, 6, 106]
+
+
+def test_vocab_ids():
+    plain = fmt("plain", TaskConfig())
+    assert [plain.vocab[i] for i in plain.digit_ids] == list("0123456789")
+    assert plain.vocab[plain.pad_id] == "<pad>" and plain.vocab[plain.eos_id] == "<eos>"
+    assert plain.vocab == fmt("reversed", SORT).vocab  # fixed per format, not per data
+    b100 = fmt("base100", TaskConfig())
+    assert len(b100.digit_ids) == 100 and b100.vocab[99] == "99"
+    assert b100.vocab[b100.pad_id] == "<pad>" and b100.vocab[b100.eos_id] == "<eos>"
+    assert plain.decode([1, plain.pad_id, 2, plain.eos_id, 3]) == "12"
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "task"),
+    [
+        ("carry_trace", SORT),
+        ("base100", SORT),
+        ("carry_trace", TaskConfig("multiplication", n_digits=12)),
+    ],
+)
+def test_impossible_combinations(name, task):
+    with pytest.raises(ConfigError) as err:
+        fmt(name, task)
+    assert err.value.path == "format.name"
+
+
+def test_carry_trace_allows_11_digit_multiplication():
+    task = TaskConfig("multiplication", n_digits=11)
+    f = fmt("carry_trace", task)
+    nines = 10**11 - 1
+    text = f.decode(f.encode(tasks.from_ints(task, [[nines, nines]])).tokens[0])
+    assert parse_carry_trace(text, 11)[3] == nines * nines
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "path"),
+    [({"name": "binary"}, "format.name"), ({"mask_first_n": -1}, "format.mask_first_n")],
+)
+def test_bad_format_config(kwargs, path):
+    with pytest.raises(ConfigError) as err:
+        FormatConfig(**kwargs)
+    assert err.value.path == path
+
+
+# -- speed --------------------------------------------------------------------------------------
+
+
+def test_sample_and_encode_100k_speed():
+    task = TaskConfig("addition", n_digits=3)
+    f = fmt("plain", task)
+    start = time.perf_counter()
+    enc = f.encode(tasks.sample(task, 100_000, np.random.default_rng(7)))
+    elapsed = time.perf_counter() - start
+    print(f"\nsample + encode 100k 3-digit additions (plain): {elapsed * 1000:.0f} ms")
+    assert enc.tokens.shape[0] == 100_000

@@ -1,0 +1,83 @@
+"""The decoder: cached decoding equals a full pass, parameter counts, purity for torch.func."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.func import functional_call, stack_module_state
+
+from arith.model import GPT, ModelConfig, _digit_run_index, flops_per_token, n_params
+
+POSITIONS = ["learned", "rope", "abacus", "none"]
+
+
+def tiny(position: str, **kw) -> GPT:
+    cfg = ModelConfig(n_layer=2, d_model=32, n_head=4, position=position, **kw)
+    return GPT(cfg, vocab_size=16, max_seq_len=24, digit_ids=tuple(range(10))).eval()
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_cached_decoding_matches_full_forward(position):
+    torch.manual_seed(0)
+    model = tiny(position)
+    idx = torch.randint(0, 16, (3, 12))
+    full, _ = model(idx)
+    logits, cache = model(idx[:, :5])
+    pieces = [logits]
+    for t in range(5, 12):
+        logits, cache = model(idx[:, t : t + 1], cache)
+        pieces.append(logits)
+    torch.testing.assert_close(torch.cat(pieces, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("tie", [True, False])
+def test_parameter_count_formula_matches_module(position, tie):
+    model = tiny(position, tie_embeddings=tie)
+    counted = sum(p.numel() for p in model.parameters())
+    assert n_params(model.cfg, 16, 24)["total"] == counted
+
+
+def test_seed_002_sizes_are_close_to_reported():
+    # seed 002 reports 3.18M params for 256d x 6L (vocab 103); our block has the same shapes
+    cfg = ModelConfig(n_layer=6, d_model=256, n_head=8, d_ff=1024, position="rope")
+    assert 4.7e6 < n_params(cfg, 103, 32)["total"] < 4.8e6  # 12*d^2*L + embeddings
+    assert flops_per_token(cfg, 103, 32) > 6 * n_params(cfg, 103, 32)["non_embedding"]
+
+
+def test_digit_run_index_counts_within_numbers_and_continues_from_cache():
+    is_digit = torch.tensor([[1, 1, 0, 1, 1, 1, 0]], dtype=torch.bool)  # "12+345="
+    assert _digit_run_index(is_digit, torch.tensor([0])).tolist() == [[1, 2, 0, 1, 2, 3, 0]]
+    assert _digit_run_index(is_digit[:, :2], torch.tensor([3])).tolist() == [[4, 5]]
+
+
+def test_abacus_offset_changes_only_digit_positions():
+    torch.manual_seed(0)
+    model = tiny("abacus")
+    idx = torch.tensor([[12, 12, 12]])  # no digits: the offset must not matter
+    a, _ = model(idx)
+    b, _ = model(idx, abacus_offset=torch.tensor([5]))
+    torch.testing.assert_close(a, b)
+
+
+def test_forward_is_a_pure_function_for_vmap_over_stacked_trials():
+    torch.manual_seed(0)
+    models = [tiny("rope") for _ in range(3)]
+    params, buffers = stack_module_state(models)
+    with torch.device("meta"):  # built on meta, not moved there: .to() would untie embeddings
+        base = tiny("rope")
+    idx = torch.randint(0, 16, (2, 10))
+
+    def run(p, b):
+        return functional_call(base, (p, b), (idx,))[0]
+
+    stacked = torch.vmap(run)(params, buffers)
+    for i, m in enumerate(models):
+        torch.testing.assert_close(stacked[i], m(idx)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_bad_shapes_are_config_errors():
+    from arith.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"model\.n_head"):
+        ModelConfig(d_model=30, n_head=4)

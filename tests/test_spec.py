@@ -1,0 +1,176 @@
+"""Spec validation: every mistake is one line naming its dotted path, exit 2, nothing started."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sweeps.spec import SpecError, apply_overrides, load_spec, parse_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GOOD = {
+    "sweep": {"name": "t", "metric": "val/exact_match", "mode": "max", "search": "grid"},
+    "base": {
+        "task": {"name": "addition", "n_digits": 2},
+        "model": {"n_layer": 1, "d_model": 32, "n_head": 2},
+        "train": {"max_steps": 10},
+    },
+    "space": {"model.d_model": [16, 32], "optim.lr": {"loguniform": [1.0e-4, 1.0e-2]}},
+    "table": {"rows": ["model.d_model"], "values": ["test/exact_match", "n_params"]},
+}
+
+
+def with_change(path: str, value) -> dict:
+    """GOOD with one value set (``None`` deletes); ``path`` splits on '/' (space keys keep dots)."""
+    raw = copy.deepcopy(GOOD)
+    *parents, leaf = path.split("/")
+    node = raw
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is None:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+    return raw
+
+
+def test_good_spec_parses():
+    spec = parse_spec(copy.deepcopy(GOOD))
+    assert spec.name == "t"
+    assert set(spec.space) == {"model.d_model", "optim.lr"}
+    assert spec.tables[0].rows == ("model.d_model",)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected_path", "shows"),
+    [
+        ("sweep/nmae", "x", "sweep.nmae", "unknown key"),
+        ("sweep/name", "has space", "sweep.name", "'has space'"),
+        ("sweep/mode", "maximum", "sweep.mode", "'maximum'"),
+        ("sweep/num_samples", 0, "sweep.num_samples", "0"),
+        ("sweep/metric", "val/accuracy", "sweep.metric", "'val/accuracy'"),
+        ("sweep/resources", {"cpu": "two"}, "sweep.resources.cpu", "'two'"),
+        ("sweep/scheduler", {"name": "hyperband"}, "sweep.scheduler.name", "'hyperband'"),
+        ("space/model.d_model", [], "space.model.d_model", "[]"),
+        ("space/model.width", [1, 2], "space.model.width", "'model.width'"),
+        ("space/optim.lr", {"loguniform": [0.0, 1.0]}, "space.optim.lr.loguniform", "[0.0, 1.0]"),
+        ("space/optim.lr", {"uniform": [0.1, 0.01]}, "space.optim.lr.uniform", "[0.1, 0.01]"),
+        ("space/optim.lr", {"normal": [0, 1]}, "space.optim.lr", "'normal'"),
+        ("space/model.n_layer", [1, -1], "space.model.n_layer", "-1"),
+        ("base/model/n_layers", 2, "base.model.n_layers", "unknown key"),
+        ("base/model/position", "sinusoidal", "base.model.position", "sinusoidal"),
+        ("base/train/max_steps", "many", "base.train.max_steps", "'many'"),
+        ("table/values", ["test/accuracy"], "table.values[0]", "'test/accuracy'"),
+        ("table/rows", ["model.width"], "table.rows[0]", "'model.width'"),
+        ("table/aggregate", "sum", "table.aggregate", "'sum'"),
+        ("derived", {"optim.lr": "__import__('os')"}, "derived.optim.lr", "not allowed"),
+        ("derived", {"optim.lr": "1e-3 * sqrt(train.batchsize)"}, "derived.optim.lr", "batchsize"),
+        ("derived", {"optim.lr": "1e-3 *"}, "derived.optim.lr", "1e-3 *"),
+        ("derived", {"model.d_model": "64"}, "derived.model.d_model", "also searched"),
+        ("nonsense", {}, "nonsense", "unknown block"),
+    ],
+)
+def test_bad_input_names_the_path(path, value, expected_path, shows):
+    with pytest.raises(SpecError) as info:
+        parse_spec(with_change(path, value))
+    message = str(info.value)
+    assert message.startswith(f"{expected_path}: "), message
+    assert shows in message
+    assert "\n" not in message
+
+
+def test_base100_with_abacus_is_caught_at_a_grid_point():
+    raw = with_change("space/model.position", ["rope", "abacus"])
+    raw["base"]["format"] = {"name": "base100"}
+    with pytest.raises(SpecError, match=r"^space\.model\.position: .*abacus"):
+        parse_spec(raw)
+
+
+def test_asha_needs_a_metric_reported_at_every_evaluation():
+    raw = with_change("sweep/scheduler", {"name": "asha"})
+    raw["sweep"]["metric"] = "test/exact_match"
+    with pytest.raises(SpecError, match=r"^sweep\.metric: .*only measured at the end"):
+        parse_spec(raw)
+
+
+def test_overrides_reach_every_block():
+    raw = apply_overrides(
+        GOOD,
+        [
+            "base.train.max_steps=50",
+            "space.model.n_layer=[1,2]",
+            "sweep.scheduler.name=asha",
+            "table.columns=[model.n_layer]",
+        ],
+    )
+    spec = parse_spec(raw)
+    assert spec.base["train"]["max_steps"] == 50
+    assert spec.space["model.n_layer"].values == (1, 2)
+    assert spec.sweep.scheduler.name == "asha"
+    assert spec.tables[0].columns == ("model.n_layer",)
+    assert GOOD["base"]["train"]["max_steps"] == 10  # the original is left alone
+
+
+def test_bad_override_is_one_line():
+    with pytest.raises(SpecError, match=r"^--set: "):
+        apply_overrides(GOOD, ["nothing-to-set"])
+    with pytest.raises(SpecError, match=r"^--set: .*start with one of"):
+        apply_overrides(GOOD, ["model.n_layer=2"])
+
+
+def test_missing_and_unreadable_files(tmp_path):
+    with pytest.raises(SpecError, match=r"^spec: cannot read"):
+        load_spec(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sweep: [unclosed\n")
+    with pytest.raises(SpecError, match=r"^spec: .* is not valid YAML"):
+        load_spec(bad)
+
+
+def test_every_shipped_search_space_validates():
+    files = sorted((ROOT / "search_spaces").glob("*.yaml"))
+    assert files
+    for path in files:
+        spec = load_spec(path)
+        assert spec.name == path.stem, path
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps.run", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "args", "expected"),
+    [
+        (None, ["missing.yaml"], "error: spec: cannot read 'missing.yaml'"),
+        ({"space/model.d_model": []}, [], "error: space.model.d_model: expected a non-empty list"),
+        ({}, ["--set", "base.model.n_layer=-3"], "error: base.model.n_layer: "),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, spec, args, expected):
+    if spec is not None:
+        raw = copy.deepcopy(GOOD)
+        for path, value in spec.items():
+            raw = with_change(path, value)
+        (tmp_path / "spec.yaml").write_text(yaml.safe_dump(raw))
+        args = ["spec.yaml", *args]
+    result = _cli(tmp_path, *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(expected), lines[0]
+    assert not (tmp_path / "mlflow.db").exists()
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,243 @@
+"""sweeps.tables and sweeps.plots on trials frames built by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sweeps import plots
+from sweeps.tables import (
+    TableSpec,
+    build_table,
+    default_table_specs,
+    format_cell,
+    primary_metric,
+    render_markdown,
+    summarise,
+    table_specs_from_block,
+    to_markdown,
+    varied_axes,
+)
+
+METRIC = "test/exact_match"
+
+
+def _trials() -> pd.DataFrame:
+    """2 widths x 2 depths x 3 seeds; exact match = base(width, depth) + 0.01 * seed."""
+    rows = []
+    for d_model in (64, 128):
+        for n_layer in (1, 2):
+            for seed in (0, 1, 2):
+                rows.append(
+                    {
+                        "trial_id": f"t{len(rows):04d}",
+                        "status": "TERMINATED",
+                        "model.d_model": d_model,
+                        "model.n_layer": n_layer,
+                        "train.seed": seed,
+                        "optim.lr": 1e-3,
+                        "n_params": 12 * d_model * d_model * n_layer,
+                        METRIC: 0.5 + 0.1 * n_layer + d_model / 1000 + 0.01 * seed,
+                        # depth 1 reaches the threshold only for seeds 0 and 1
+                        "val/steps_to_threshold": (
+                            np.nan
+                            if (n_layer == 1 and seed == 2)
+                            else 1000.0 * n_layer + 100 * seed
+                        ),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_mean_std_over_seeds():
+    spec = TableSpec(rows=("model.d_model", "model.n_layer"), values=(METRIC,))
+    table = build_table(_trials(), spec)
+    cell = table.loc[(64, 2)]
+    expected = [0.5 + 0.2 + 0.064 + 0.01 * s for s in range(3)]
+    assert cell[(METRIC, "mean")] == pytest.approx(np.mean(expected))
+    assert cell[(METRIC, "std")] == pytest.approx(np.std(expected, ddof=1))
+    assert cell[(METRIC, "n")] == 3
+    assert cell[(METRIC, "min")] == pytest.approx(min(expected))
+    assert cell[(METRIC, "max")] == pytest.approx(max(expected))
+    assert cell[(METRIC, "median")] == pytest.approx(np.median(expected))
+    assert len(table) == 4
+
+
+def test_pivot_has_one_column_block_per_column_value():
+    spec = TableSpec(rows=("model.d_model",), columns=("model.n_layer",), values=(METRIC,))
+    table = build_table(_trials(), spec)
+    assert list(table.index) == [64, 128]
+    assert table.loc[128, (1, METRIC, "mean")] == pytest.approx(0.5 + 0.1 + 0.128 + 0.01)
+    assert table.loc[128, (2, METRIC, "n")] == 3
+    assert {c[0] for c in table.columns} == {1, 2}
+
+
+def test_no_rows_gives_one_all_row():
+    table = build_table(_trials(), TableSpec(values=(METRIC,)))
+    assert list(table.index) == ["all"]
+    assert table.loc["all", (METRIC, "n")] == 12
+
+
+def test_markdown_pivot():
+    spec = TableSpec(rows=("model.d_model",), columns=("model.n_layer",), values=(METRIC,))
+    text = to_markdown(build_table(_trials(), spec), spec)
+    lines = text.splitlines()
+    assert len(lines) == 4
+    assert [c.strip() for c in lines[0].strip("|").split("|")] == [
+        "model.d_model",
+        "model.n_layer=1",
+        "model.n_layer=2",
+    ]
+    assert set(lines[1].replace("|", "").split()) <= {"-------------", "------------------:"}
+    assert "0.674 ± 0.010 (n=3)" in lines[2]
+    assert lines[3].startswith("| 128 ")
+
+
+def test_markdown_aggregate_max_is_a_plain_number():
+    spec = TableSpec(rows=("model.n_layer",), values=(METRIC,), aggregate="max")
+    text = to_markdown(build_table(_trials(), spec), spec)
+    assert "| 1             |            0.748 |" in text
+    assert "±" not in text
+
+
+def test_steps_to_rendering_integers_missing_and_partial():
+    spec = TableSpec(rows=("model.n_layer",), values=("val/steps_to_threshold",))
+    text = to_markdown(build_table(_trials(), spec), spec)
+    # depth 1: steps 1000, 1100 (seed 2 never got there); depth 2: 2000, 2100, 2200
+    assert "1050 ± 58 (n=4/6)" in text
+    assert "2100 ± 89 (n=6)" in text
+    never = _trials().assign(**{"val/steps_to_threshold": np.nan})
+    text = to_markdown(build_table(never, spec), spec)
+    assert text.splitlines()[2].rstrip().endswith("— |")
+
+
+@pytest.mark.parametrize(
+    ("stats", "value", "aggregate", "expected"),
+    [
+        ({"mean": 0.9, "std": np.nan, "n": 1, "trials": 1}, METRIC, "mean_std", "0.900"),
+        ({"mean": np.nan, "std": np.nan, "n": 0, "trials": 3}, METRIC, "mean_std", "—"),
+        ({"mean": 1500.0, "std": np.nan, "n": 1, "trials": 3, "min": 1500, "max": 1500},
+         "train/steps_to_100pct", "mean_std", "1500 (n=1/3)"),
+        ({"mean": 5e3, "min": 5e3, "max": 5e3, "n": 3, "trials": 3}, "n_params", "mean_std",
+         "5000"),
+        ({"median": 0.25, "n": 2, "trials": 2}, "val/loss", "median", "0.250"),
+        ({"mean": 2e-5, "std": 1e-6, "n": 2, "trials": 2, "min": 1, "max": 2}, "lr", "mean_std",
+         "2.00e-05 ± 1.00e-06 (n=2)"),
+    ],
+)  # fmt: skip
+def test_format_cell(stats, value, aggregate, expected):
+    assert format_cell(stats, value, aggregate) == expected
+
+
+def test_nan_values_and_nan_keys():
+    trials = _trials()
+    trials.loc[0, METRIC] = np.nan  # a failed trial: no metric
+    trials["train.time_budget_s"] = [None] * 6 + [60.0] * 6  # a None key next to a number
+    spec = TableSpec(rows=("train.time_budget_s",), values=(METRIC, "never/logged"))
+    table = build_table(trials, spec)
+    assert len(table) == 2
+    none_row = table.iloc[1] if not math.isnan(table.index[0]) else table.iloc[0]
+    assert none_row[(METRIC, "n")] == 5
+    assert none_row[(METRIC, "trials")] == 6
+    text = to_markdown(table, spec)
+    assert "| None " in text and "| 60 " in text
+    assert text.count("—") == 2  # the never-logged metric, once per row
+
+
+def test_unknown_key_is_a_one_line_value_error():
+    with pytest.raises(ValueError, match=r"no column 'model\.nope'") as info:
+        build_table(_trials(), TableSpec(rows=("model.nope",)))
+    assert "\n" not in str(info.value)
+
+
+def test_summarise_is_flat_with_mean_std_n_columns():
+    spec = TableSpec(rows=("model.d_model",), columns=("model.n_layer",), values=(METRIC,))
+    flat = summarise(_trials(), spec)
+    assert list(flat.columns[:2]) == ["model.d_model", "model.n_layer"]
+    assert {f"{METRIC}:mean", f"{METRIC}:std", f"{METRIC}:n"} <= set(flat.columns)
+    assert len(flat) == 4
+
+
+def test_varied_axes_and_defaults():
+    trials = _trials()
+    assert varied_axes(trials) == ["model.d_model", "model.n_layer", "train.seed"]
+    specs = default_table_specs(trials)
+    assert [s.name for s in specs] == ["table", "width_vs_depth"]
+    assert specs[0].rows == ("model.d_model", "model.n_layer")
+    assert specs[0].values == (METRIC, "n_params", "val/steps_to_threshold")
+    assert primary_metric(trials.drop(columns=[METRIC]).assign(**{"val/exact_match": 0.5})) == (
+        "val/exact_match"
+    )
+
+
+def test_table_specs_from_block():
+    block = {"rows": "model.d_model", "columns": ["model.n_layer"], "values": [METRIC]}
+    (spec,) = table_specs_from_block(block)
+    assert spec == TableSpec("table", ("model.d_model",), ("model.n_layer",), (METRIC,))
+    specs = table_specs_from_block([{"rows": ["a.b"]}, {"values": ["x"], "aggregate": "max"}])
+    assert [s.name for s in specs] == ["table", "table_2"]
+    assert table_specs_from_block(None) == []
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ({"rows": ["a.b"], "colums": ["c.d"]}, r"^table\.colums: unknown key"),
+        ({"aggregate": "avg"}, r"^table\.aggregate: must be one of .* but got 'avg'"),
+        ([{"name": "x"}, {"name": "x"}], r"names must be unique"),
+        ([{"rows": [1]}], r"^table\[0\]\.rows: expected a list of names"),
+        ({"values": []}, r"^table\.values: must not be empty"),
+        ({"rows": ["a.b"], "columns": ["a.b"]}, r"both a row and a column key"),
+        ("rows", r"^table: expected a mapping"),
+    ],
+)
+def test_table_specs_from_block_errors(block, message):
+    with pytest.raises(ValueError, match=message) as info:
+        table_specs_from_block(block)
+    assert "\n" not in str(info.value)
+
+
+def test_render_markdown_escapes_pipes():
+    text = render_markdown(["a", "b"], [["x|y", "1"]])
+    assert "x\\|y" in text
+
+
+def test_plots_for_width_depth_sweep(tmp_path):
+    trials = _trials()
+    curves = pd.DataFrame(
+        [
+            (t, m, step, v * step / 300)
+            for t in trials["trial_id"]
+            for m, v in (("val/exact_match", 0.9), ("train/loss", 3.0))
+            for step in (100, 200, 300)
+        ],
+        columns=["trial_id", "metric", "step", "value"],
+    )
+    figures = plots.plots_for(trials, curves, METRIC)
+    assert set(figures) == {"exact_match_vs_params", "width_x_depth", "training_curves"}
+    for stem, figure in figures.items():
+        path = tmp_path / f"{stem}.png"
+        figure.savefig(path, dpi=80)
+        assert path.stat().st_size > 5_000
+
+
+def test_batch_lr_heatmap_bins_a_random_search_lr(tmp_path):
+    rng = np.random.default_rng(0)
+    trials = pd.DataFrame(
+        {
+            "trial_id": [f"t{i}" for i in range(30)],
+            "train.batch_size": rng.choice([32, 64, 128], size=30),
+            "optim.lr": 10 ** rng.uniform(-4, -2, size=30),
+            "n_params": 1000,
+            METRIC: rng.uniform(size=30),
+        }
+    )
+    figures = plots.plots_for(trials, pd.DataFrame(columns=["trial_id", "metric", "step", "value"]))
+    assert set(figures) == {"exact_match_vs_params", "batch_size_x_lr"}
+    axes = figures["batch_size_x_lr"].axes[0]
+    assert "log-binned" in axes.get_xlabel()
+    assert len(axes.get_xticks()) <= plots.MAX_LEVELS
+    figures["batch_size_x_lr"].savefig(tmp_path / "lr.png")

@@ -1,0 +1,248 @@
+"""The MLflow callback, fed realistic Tune results, against SQLite and a real ``mlflow server``."""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from arith.trainer import describe
+from sweeps.space import resolve_run_config
+from sweeps.tracking import MLflowTracker, training_metrics
+
+BASE = {
+    "task": {"name": "addition", "n_digits": 2},
+    "model": {"n_layer": 1, "d_model": 32, "n_head": 2},
+    "train": {"max_steps": 20, "eval_every": 10},
+}
+
+
+@dataclass
+class FakeTrial:
+    """What the callback reads of a Tune Trial."""
+
+    trial_id: str
+    config: dict
+    status: str = "RUNNING"
+    last_result: dict = field(default_factory=dict)
+    error_file: str | None = None
+
+
+def eval_result(step: int, em: float) -> dict:
+    """A result as Tune hands it to callbacks: the trainer's metrics plus Tune's own keys."""
+    return {
+        "step": step,
+        "epoch": step / 100,
+        "lr": 1e-3,
+        "train/loss": 2.0 - em,
+        "val/exact_match": em,
+        "val/exact_match/len_2": em,
+        "time/elapsed_s": 0.1 * step,
+        "training_iteration": step // 10 + 1,
+        "time_total_s": 0.1 * step,
+        "trial_id": "x",
+        "date": "2026-01-01",
+        "timestamp": 1,
+        "hostname": "h",
+        "pid": 1,
+        "done": False,
+        "config": {"model.d_model": 32},
+    }
+
+
+def summary_result(step: int) -> dict:
+    return {
+        **eval_result(step, 0.75),
+        "test/exact_match": 0.7,
+        "n_params": 14688,
+        "n_params_non_embedding": 12768,
+        "flops_per_token": 87744,
+        "steps": step,
+        "wall_time_s": 3.0,
+        "best/val/exact_match": 0.75,
+        "val/steps_to_threshold": step,
+        "stopped_reason": "early_stopping",
+    }
+
+
+def make_tracker(uri: str) -> MLflowTracker:
+    resolve = functools.partial(resolve_run_config, BASE, derived={})
+    return MLflowTracker(uri, "tracking-test", resolve, describe)
+
+
+def drive(tracker: MLflowTracker) -> dict[str, FakeTrial]:
+    """One finished trial (reports twice, then its summary), one errored, one stopped early."""
+    tracker.start_parent("sweep: {name: tracking-test}\n")
+    ok = FakeTrial("t_0", {"model.d_model": 32})
+    bad = FakeTrial("t_1", {"model.d_model": 16})
+    cut = FakeTrial("t_2", {"model.d_model": 16, "train.seed": 1})
+    for trial in (ok, bad, cut):
+        tracker.on_trial_start(0, [], trial)
+    tracker.on_trial_result(1, [], ok, eval_result(0, 0.0))
+    tracker.on_trial_result(2, [], ok, eval_result(10, 0.5))
+    tracker.on_trial_result(2, [], bad, eval_result(0, 0.0))
+    tracker.on_trial_result(2, [], cut, eval_result(0, 0.0))
+    # A retried trial re-reports from its last checkpoint: nothing may be logged twice.
+    tracker.on_trial_start(3, [], ok)
+    tracker.on_trial_result(3, [], ok, eval_result(10, 0.5))
+    tracker.on_trial_result(4, [], ok, {**eval_result(20, 0.75), "test/exact_match": 0.7})
+    tracker.on_trial_result(5, [], ok, summary_result(20))
+    tracker.on_trial_result(5, [], ok, summary_result(20))
+    tracker.on_trial_complete(6, [], ok)
+    bad.error_file = "/tmp/error.txt"
+    bad.last_result = {"time_total_s": 1.5}
+    tracker.on_trial_error(6, [], bad)
+    cut.last_result = {"time_total_s": 0.5}
+    tracker.on_trial_complete(6, [], cut)
+    tracker.finish_parent()
+    return {"ok": ok, "bad": bad, "cut": cut}
+
+
+def check_layout(uri: str, tracker: MLflowTracker) -> None:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("tracking-test")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("sweep.role") == "parent"]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.run_id == tracker.parent_run_id
+    assert parent.info.status == "FINISHED"
+    assert "spec.yaml" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    children = {
+        r.data.tags["sweep.trial_id"]: r for r in runs if r.data.tags.get("sweep.role") == "trial"
+    }
+    assert set(children) == {"t_0", "t_1", "t_2"}
+    for run in children.values():
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.info.run_name == f"tracking-test-{run.data.tags['sweep.trial_id']}"
+        assert "config.yaml" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    ok, bad, cut = children["t_0"], children["t_1"], children["t_2"]
+    assert ok.data.params["model.d_model"] == "32"
+    assert ok.data.params["optim.betas"] == "[0.9, 0.98]"
+    assert cut.data.params["train.seed"] == "1"
+    assert (ok.info.status, ok.data.tags["sweep.status"]) == ("FINISHED", "EARLY_STOPPED")
+    assert ok.data.tags["sweep.stopped_reason"] == "early_stopping"
+    assert (bad.info.status, bad.data.tags["sweep.status"]) == ("FAILED", "ERROR")
+    assert cut.data.tags["sweep.status"] == "EARLY_STOPPED"
+    history = client.get_metric_history(ok.info.run_id, "val/exact_match")
+    assert [(m.step, m.value) for m in history] == [(0, 0.0), (10, 0.5), (20, 0.75)]
+    for key in ok.data.metrics:
+        steps = [m.step for m in client.get_metric_history(ok.info.run_id, key)]
+        assert len(steps) == len(set(steps)), key
+    assert ok.data.metrics["n_params"] == 14688
+    assert ok.data.metrics["val/steps_to_threshold"] == 20
+    assert "train/steps_to_100pct" not in ok.data.metrics  # None is omitted
+    assert not {"training_iteration", "time_total_s", "timestamp", "pid", "step"} & set(
+        ok.data.metrics
+    )
+    # Trials without a summary still get sizes (from the config) for the tables.
+    assert (
+        bad.data.metrics["n_params"]
+        == describe(resolve_run_config(BASE, {"model.d_model": 16}, {}))["n_params"]
+    )
+    assert bad.data.metrics["wall_time_s"] == 1.5
+
+
+def test_training_metrics_keeps_the_trainers_numbers_only():
+    kept = training_metrics({**eval_result(10, 0.5), "stopped_reason": "max_steps", "flag": True})
+    assert set(kept) == {
+        "epoch",
+        "lr",
+        "train/loss",
+        "val/exact_match",
+        "val/exact_match/len_2",
+        "time/elapsed_s",
+    }
+
+
+def test_callback_against_sqlite(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = make_tracker(uri)
+    drive(tracker)
+    check_layout(uri, tracker)
+    assert (tmp_path / "mlartifacts").is_dir()  # artifacts next to the database, not in the cwd
+
+
+def test_state_round_trip_finds_the_runs_again(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = make_tracker(uri)
+    tracker.start_parent("sweep: {name: tracking-test}\n")
+    trial = FakeTrial("t_0", {})
+    tracker.on_trial_start(0, [], trial)
+    tracker.on_trial_result(1, [], trial, eval_result(10, 0.5))
+    restored = pickle.loads(pickle.dumps(make_tracker(uri)))
+    restored.set_state(pickle.loads(pickle.dumps(tracker.get_state())))
+    restored.on_trial_start(2, [], trial)  # no second child run
+    restored.on_trial_result(2, [], trial, eval_result(10, 0.5))  # not logged twice
+    restored.on_trial_result(3, [], trial, eval_result(20, 0.75))
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("tracking-test").experiment_id])
+    assert len(runs) == 2
+    run_id = tracker.trials["t_0"]["run_id"]
+    assert [m.step for m in client.get_metric_history(run_id, "val/exact_match")] == [10, 20]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real ``mlflow server`` on 127.0.0.1 with a SQLite backend; stopped after the module."""
+    root = tmp_path_factory.mktemp("server")
+    port = _free_port()
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    proc = subprocess.Popen(
+        [
+            str(mlflow_bin),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{root / 'server.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "MLFLOW_LOGGING_LEVEL": "WARNING"},
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"mlflow server did not start (exit code {proc.poll()})")
+                time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
+
+
+def test_callback_against_a_server(mlflow_server):
+    tracker = make_tracker(mlflow_server)
+    drive(tracker)
+    check_layout(mlflow_server, tracker)
