@@ -44,12 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     model, fmt = load_model(args.checkpoint)
     prompts = args.prompts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
-    limit = args.max_new_tokens or fmt.max_seq_len()
     for prompt in prompts:
         try:
             ids = fmt.encode_prompt_text(prompt)
         except ValueError as err:
             fail(f"prompt {prompt!r}: {err}")
+        # a learned position table ends at the context length the model was trained with
+        room = model.max_seq_len - len(ids)
+        if model.cfg.position == "learned" and room < 1:
+            fail(f"prompt {prompt!r}: longer than the model's {model.max_seq_len}-token context")
+        limit = args.max_new_tokens or fmt.max_seq_len()
+        if model.cfg.position == "learned":
+            limit = min(limit, room)
         with torch.no_grad():
             out = greedy_decode(model, torch.tensor([ids]), limit, fmt.eos_id)[0]
         print(fmt.decode(out.tolist()))

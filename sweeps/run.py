@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -109,42 +110,62 @@ def _fmt_point(point: dict[str, Any]) -> str:
 
 
 def run_sweep(
-    spec: SweepSpec, out_dir: Path, tracking_uri: str, *, address: str | None = None
+    spec: SweepSpec,
+    out_dir: Path,
+    tracking_uri: str,
+    *,
+    address: str | None = None,
+    timings: dict[str, float] | None = None,
 ) -> int:
-    """Run the sweep and write its outputs; returns the exit code."""
+    """Run the sweep and write its outputs; returns the exit code. ``timings`` (if given)
+    receives the seconds of each phase: startup (Ray, MLflow), tune, outputs."""
     _quiet_logs()
     import ray
 
+    timings = {} if timings is None else timings
+    start = time.perf_counter()
+    tuner, tracker = build_tuner(spec, out_dir, tracking_uri)
     started_ray = not ray.is_initialized()
-    if started_ray:
-        _init_ray(address)
+    # A fresh MLflow database spends seconds creating its tables, Ray seconds starting its
+    # processes: do both at once.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        parent = pool.submit(tracker.start_parent, spec.to_yaml())
+        if started_ray:
+            _init_ray(address)
+        parent.result()
+    timings["startup"] = time.perf_counter() - start
     try:
-        return _run(spec, out_dir, tracking_uri)
+        return _run(spec, tuner, tracker, out_dir, timings)
     finally:
         if started_ray:
             ray.shutdown()
 
 
-def _run(spec: SweepSpec, out_dir: Path, tracking_uri: str) -> int:
+def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, float]) -> int:
     from sweeps import collect
 
-    start = time.monotonic()
-    tuner, tracker = build_tuner(spec, out_dir, tracking_uri)
-    parent_id = tracker.start_parent(spec.to_yaml())
+    start = time.perf_counter()
+    parent_id, tracking_uri = tracker.parent_run_id, tracker.tracking_uri
     status = "FAILED"
     try:
         results = tuner.fit()
+        timings["tune"] = time.perf_counter() - start
+        # The tables come from MLflow alone, as `python -m sweeps.table` rebuilds them.
+        trials, curves = collect.trials_from_mlflow(tracking_uri, spec.name, parent_id)
+        paths = collect.write_outputs(
+            trials, curves, spec.tables, out_dir, metric=spec.sweep.metric
+        )
+        collect.log_outputs_to_parent(tracker.client, parent_id, paths)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
         tracker.finish_parent(status)
-    trials, curves = collect.trials_from_mlflow(tracking_uri, spec.name, parent_id)
-    paths = collect.write_outputs(trials, curves, spec.tables, out_dir, metric=spec.sweep.metric)
-    collect.log_outputs_to_parent(tracker.client, parent_id, paths)
+    timings["outputs"] = time.perf_counter() - start - timings["tune"]
     errors = sum(1 for r in results if r.error is not None)
-    print(_report(spec, out_dir, tracking_uri, parent_id, time.monotonic() - start, errors))
+    seconds = time.perf_counter() - start + timings["startup"]
+    print(_report(spec, out_dir, tracking_uri, parent_id, seconds, errors))
     return 1 if errors and errors == len(results) else 0
 
 
@@ -171,7 +192,9 @@ def build_tuner(spec: SweepSpec, out_dir: Path, tracking_uri: str):
         name=spec.name,
         storage_path=str(out_dir / "ray"),
         failure_config=tune.FailureConfig(max_failures=s.max_failures),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+        # Two, not one: Tune snapshots the experiment whenever a trial has saved num_to_keep
+        # checkpoints since the last snapshot, which at one is every report.
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         callbacks=[tracker, progress, JsonLoggerCallback()],
         verbose=0,
     )

@@ -91,6 +91,7 @@ class MLflowTracker(Callback):
         self.parent_run_id: str | None = None
         self.trials: dict[str, dict[str, Any]] = {}  # trial_id -> run_id, last_step, summary
         self._client = None
+        self._experiment: str | None = None
 
     # ---- state (small, so a restored sweep finds its runs again) ----
     def get_state(self) -> dict[str, Any]:
@@ -101,7 +102,11 @@ class MLflowTracker(Callback):
         self.trials = dict(state.get("trials", {}))
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None}  # Tune pickles callbacks; clients stay behind
+        return {
+            **self.__dict__,
+            "_client": None,
+            "_experiment": None,
+        }  # Tune pickles callbacks; clients stay behind
 
     @property
     def client(self):
@@ -137,13 +142,18 @@ class MLflowTracker(Callback):
             self.client.log_artifact(self.parent_run_id, str(path), folder)
 
     def _experiment_id(self) -> str:
-        found = self.client.get_experiment_by_name(self.experiment_name)
-        if found is not None:
-            return found.experiment_id
-        location = artifact_root(self.tracking_uri)
-        if location is not None:
-            location = f"{location}/{self.experiment_name}"
-        return self.client.create_experiment(self.experiment_name, artifact_location=location)
+        if self._experiment is None:
+            found = self.client.get_experiment_by_name(self.experiment_name)
+            if found is not None:
+                self._experiment = found.experiment_id
+            else:
+                location = artifact_root(self.tracking_uri)
+                if location is not None:
+                    location = f"{location}/{self.experiment_name}"
+                self._experiment = self.client.create_experiment(
+                    self.experiment_name, artifact_location=location
+                )
+        return self._experiment
 
     # ---- Tune hooks ----
     def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
@@ -213,13 +223,19 @@ class MLflowTracker(Callback):
         for i in range(0, len(params), _BATCH):
             self.client.log_batch(run_id, params=params[i : i + _BATCH])
 
-    def _log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
-        from mlflow.entities import Metric
+    def _log_metrics(
+        self, run_id: str, metrics: dict[str, float], step: int, tags: dict[str, str] | None = None
+    ) -> None:
+        """One ``log_batch`` call per 100 metrics (each call is a database transaction)."""
+        from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
         rows = [Metric(k, v, now, step) for k, v in metrics.items()]
-        for i in range(0, len(rows), _BATCH):
-            self.client.log_batch(run_id, metrics=rows[i : i + _BATCH])
+        run_tags = [RunTag(k, v) for k, v in (tags or {}).items()]
+        for i in range(0, max(len(rows), 1), _BATCH):
+            self.client.log_batch(
+                run_id, metrics=rows[i : i + _BATCH], tags=run_tags if i == 0 else []
+            )
 
     def _log_summary(self, state: dict[str, Any], result: dict[str, Any]) -> None:
         if state["summary"]:
@@ -232,10 +248,9 @@ class MLflowTracker(Callback):
             and not isinstance(result[k], bool)
         }
         step = int(result.get("steps", max(state["last_step"], 0)))
-        self._log_metrics(state["run_id"], summary, step)
         reason = str(result["stopped_reason"])
+        self._log_metrics(state["run_id"], summary, step, {"sweep.stopped_reason": reason})
         state.update(summary=True, stopped_reason=reason)
-        self.client.set_tag(state["run_id"], "sweep.stopped_reason", reason)
 
     def _log_fallback_summary(self, state: dict[str, Any], trial, reason: str) -> None:
         """Sizes from the config (no model built) for trials that never returned a summary."""
@@ -249,9 +264,9 @@ class MLflowTracker(Callback):
         if isinstance(last.get("time_total_s"), int | float):
             summary["wall_time_s"] = float(last["time_total_s"])
         summary = {k: v for k, v in summary.items() if math.isfinite(v)}
-        self._log_metrics(state["run_id"], summary, max(state["last_step"], 0))
+        tags = {"sweep.stopped_reason": reason}
+        self._log_metrics(state["run_id"], summary, max(state["last_step"], 0), tags)
         state.update(summary=True, stopped_reason=reason)
-        self.client.set_tag(state["run_id"], "sweep.stopped_reason", reason)
 
     def _end_child(self, state: dict[str, Any], status: str, run_status: str) -> None:
         self.client.set_tag(state["run_id"], "sweep.status", status)

@@ -1,0 +1,112 @@
+"""``python -m sweeps.bench [--trials N] [--steps S] [--concurrent C]``: orchestration overhead.
+
+Runs the same N tiny trials twice: through the orchestrator (an embedded Ray, Tune with actor
+reuse, MLflow on SQLite, checkpoints at every report, the tables and plots at the end) and back
+to back in this process, calling ``arith.trainer.train`` directly. Prints both wall times,
+their ratio and the overhead per trial. Both sides train with one torch thread per trial, and
+the orchestrator runs one trial at a time unless ``--concurrent`` says otherwise, so the
+difference is the orchestration, not parallelism.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def bench_spec(n_trials: int, steps: int, concurrent: int) -> dict[str, Any]:
+    """A sweep of ``n_trials`` seeds of a ~2-second config (2-digit addition, 1 x 32)."""
+    return {
+        "sweep": {
+            "name": "bench",
+            "metric": "val/exact_match",
+            "search": "grid",
+            "seeds": list(range(n_trials)),
+            "max_concurrent": concurrent,
+            "resources": {"cpu": 1, "gpu": 0},
+            "max_failures": 0,
+        },
+        "base": {
+            "task": {"name": "addition", "n_digits": 2},
+            "data": {"val_size": 200, "test_size": 200, "edge_cases": False},
+            "model": {"n_layer": 1, "d_model": 32, "n_head": 2},
+            "optim": {"warmup_steps": 10},
+            "train": {
+                "max_steps": steps,
+                "eval_every": max(1, steps // 4),
+                "batch_size": 64,
+                "train_eval_size": 128,
+                "device": "cpu",
+            },
+        },
+        "table": {"rows": ["train.seed"], "values": ["val/exact_match"], "aggregate": "mean"},
+    }
+
+
+def run_plain(spec) -> float:
+    """Seconds to train every trial back to back in this process."""
+    import torch
+
+    from arith.trainer import train
+    from sweeps.space import grid_points, resolve_run_config
+
+    torch.set_num_threads(1)  # as in a Tune trial holding one CPU (Ray sets OMP_NUM_THREADS=1)
+    configs = [resolve_run_config(spec.base, p, spec.derived) for p in grid_points(spec)]
+    start = time.perf_counter()
+    for config in configs:
+        train(config)
+    return time.perf_counter() - start
+
+
+def run_orchestrated(spec, workdir: Path) -> tuple[float, dict[str, float]]:
+    """Seconds for ``run_sweep`` end to end (Ray start and stop, MLflow, outputs included),
+    and the seconds of its phases."""
+    from sweeps.run import run_sweep
+
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = run_sweep(spec, workdir / "out" / spec.name, uri, timings=timings)
+    seconds = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"error: the orchestrated sweep failed with exit code {code}")
+    return seconds, timings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sweeps.bench", description=__doc__.split("\n\n")[1]
+    )
+    parser.add_argument("--trials", type=int, default=8, help="trials (default 8)")
+    parser.add_argument("--steps", type=int, default=100, help="steps per trial (default 100)")
+    parser.add_argument("--concurrent", type=int, default=1, help="trials at once (default 1)")
+    args = parser.parse_args(argv)
+    from sweeps.spec import parse_spec
+
+    spec = parse_spec(bench_spec(args.trials, args.steps, args.concurrent))
+    with tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp:
+        plain = run_plain(spec)
+        print(f"plain loop:    {plain:7.2f} s  ({plain / args.trials:.2f} s per trial)", flush=True)
+        orchestrated, phases = run_orchestrated(spec, Path(tmp))
+    n = args.trials
+    how = f"Ray Tune + MLflow SQLite, {args.concurrent} at once"
+    print(f"orchestrated:  {orchestrated:7.2f} s  ({how})")
+    print("  phases:      " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
+    print(f"ratio:         {orchestrated / plain:7.2f}")
+    print(f"overhead:      {(orchestrated - plain) / n:7.2f} s per trial, end to end")
+    # The Tune loop alone: what each trial costs once Ray and MLflow are up.
+    print(f"               {(phases['tune'] - plain) / n:7.2f} s per trial in the Tune loop")
+    print(f"target:           0.25 s per trial ({os.cpu_count()} CPUs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The real commands, as a user runs them: seed configs train, predict answers, bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CONFIGS = sorted((Path(__file__).parents[1] / "arith" / "configs").glob("*.yaml"))
+SMALL = [
+    "--set", "train.max_steps=4", "--set", "train.eval_every=2", "--set", "train.batch_size=16",
+    "--set", "train.train_eval_size=16", "--set", "data.val_size=16", "--set", "data.test_size=16",
+    "--set", "data.longer_size=16", "--set", "model.d_model=32", "--set", "model.n_layer=1",
+    "--set", "model.d_ff=64",
+]  # fmt: skip
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, input=stdin, timeout=300
+    )
+
+
+def test_there_is_a_config_for_every_seed():
+    assert [p.name[:7] for p in CONFIGS] == [f"seed00{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_every_seed_config_trains_and_evaluates(config, tmp_path):
+    result = run("-m", "arith.train", str(config), *SMALL, "--quiet", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["steps"] == 4 and 0.0 <= summary["test/exact_match"] <= 1.0
+    assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "config.yaml").exists()
+    if "seed000" in config.name:
+        assert {"ood/exact_match", "ood/normalised_match"} <= set(summary)
+    if "seed001" in config.name:
+        assert {"longer/exact_match", "edge/exact_match"} <= set(summary)
+    if "seed004" in config.name:
+        assert {"test/exact_match/mul", "test/exact_match/floordiv"} <= set(summary)
+
+
+def test_predict_completes_prompts_from_arguments_and_stdin(tmp_path):
+    config = CONFIGS[0]
+    assert (
+        run("-m", "arith.train", str(config), *SMALL, "--quiet", "--out", str(tmp_path)).returncode
+        == 0
+    )
+    result = run("-m", "arith.predict", str(tmp_path), "1234 + 5678 =", "1 + 2 =")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 2
+    piped = run("-m", "arith.predict", str(tmp_path / "checkpoint.pt"), stdin="1234 + 5678 =\n")
+    assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 1
+    bad = run("-m", "arith.predict", str(tmp_path), "12#4 + 1 =")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--set", "model.n_layr=2"], "model.n_layr"),
+        (["--set", "model.n_layer=abc"], "model.n_layer"),
+        (["--set", "model.n_layer=-1"], "model.n_layer"),
+        (["--set", "format.name=base100", "--set", "model.position=abacus"], "model.position"),
+        (["--set", "task.name=sorting", "--set", "format.name=carry_trace"], "format.name"),
+        (["--set", "task.modulus=96", "--set", "task.name=modular"], "task.modulus"),
+        (["--set", "optim.lr"], "--set"),
+        (["no_such_file.yaml"], "no_such_file.yaml"),
+    ],
+)
+def test_bad_configs_exit_2_with_one_line(args, names, tmp_path):
+    result = run("-m", "arith.train", *args, "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and names in lines[0], result.stderr
+    assert not (tmp_path / "out").exists()  # nothing started, nothing written

@@ -1,0 +1,148 @@
+"""The trainer: exact resume, overfitting, stopping rules, and small real learning runs on CPU."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from arith import checkpoint as ckpt
+from arith import config as config_lib
+from arith.trainer import describe, reported_metrics, train
+
+TINY = [
+    "task.n_digits=2",
+    "format.name=reversed",
+    "model.d_model=32",
+    "model.n_layer=1",
+    "train.batch_size=32",
+    "train.eval_every=10",
+    "train.train_eval_size=32",
+    "data.val_size=32",
+    "data.test_size=32",
+    "optim.warmup_steps=5",
+]
+
+
+def tiny(*overrides: str):
+    return config_lib.load(None, [*TINY, *overrides])
+
+
+def test_resumed_run_continues_bit_identically(tmp_path):
+    config = tiny("train.max_steps=30", "model.dropout=0.1", "model.position=abacus")
+    copied = tmp_path / "at_step_10"
+
+    def keep_step_10(metrics):
+        if metrics["step"] == 10:
+            shutil.copytree(metrics["checkpoint"], copied)
+
+    full = train(config, keep_step_10, checkpoint_dir=tmp_path / "full")
+    resumed_reports: list[dict] = []
+    resumed = train(
+        config, resumed_reports.append, checkpoint_dir=tmp_path / "resumed", resume_from=copied
+    )
+    assert [r["step"] for r in resumed_reports] == [20, 30]
+    for key in ("train/loss", "val/loss", "val/exact_match", "test/loss"):
+        assert resumed[key] == full[key], key
+    a = ckpt.read(tmp_path / "full")["model"]
+    b = ckpt.read(tmp_path / "resumed")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_single_batch_is_overfit():
+    config = tiny(
+        "data.train_size=32",
+        "train.max_steps=150",
+        "train.eval_every=50",
+        "optim.lr=1e-2",
+        "optim.weight_decay=0",
+        "model.d_model=64",
+    )
+    summary = train(config)
+    assert summary["train/exact_match"] == 1.0
+    assert summary["train/loss"] < 0.05
+
+
+def test_reports_are_namespaced_and_the_last_one_has_the_test_set():
+    reports: list[dict] = []
+    summary = train(tiny("train.max_steps=20"), reports.append)
+    assert [r["step"] for r in reports] == [0, 10, 20]
+    assert "test/exact_match" not in reports[0] and "test/exact_match" in reports[-1]
+    assert reports[-1]["done"] == 1
+    plain_keys = {k for k in reports[-1] if "/" not in k}
+    assert plain_keys == {"step", "epoch", "lr", "done"}
+    assert {"train/loss", "val/exact_match", "perf/tokens_per_s"} <= set(reports[-1])
+    assert {"val/exact_match", "test/exact_match", "edge/exact_match"} <= reported_metrics(tiny())
+    assert summary["n_params"] == describe(tiny())["n_params"]
+    assert summary["stopped_reason"] == "max_steps"
+
+
+def test_target_accuracy_stops_early():
+    summary = train(tiny("train.max_steps=100", "train.target=0.0"))
+    assert summary["stopped_reason"] == "target_reached"
+    assert summary["steps"] == 0
+
+
+def test_patience_stops_a_run_that_does_not_improve():
+    summary = train(tiny("train.max_steps=200", "train.patience=2", "optim.lr=1e-9"))
+    assert summary["stopped_reason"] == "early_stopping"
+    assert summary["steps"] < 200
+
+
+def test_divergence_stops_the_run_and_says_so():
+    summary = train(tiny("train.max_steps=50", "optim.lr=1e30", "optim.grad_clip=null"))
+    assert summary["stopped_reason"] == "diverged"
+    assert summary["steps"] < 50
+
+
+def test_epochs_need_a_finite_training_set():
+    config = tiny("task.n_digits=30", "train.epochs=1")
+    with pytest.raises(config_lib.ConfigError, match=r"train\.epochs"):
+        train(config)
+
+
+@pytest.mark.slow
+def test_two_digit_reversed_addition_is_learned():
+    """A real learning run: 2-digit addition, reversed digits, to >= 99 % exact match."""
+    config = config_lib.load(
+        None,
+        [
+            "task.n_digits=2",
+            "format.name=reversed",
+            "model.d_model=64",
+            "model.n_layer=2",
+            "train.batch_size=128",
+            "train.max_steps=1200",
+            "train.eval_every=400",
+            "data.val_size=500",
+            "data.test_size=1000",
+            "optim.lr=3e-3",
+            "optim.weight_decay=0",
+        ],
+    )
+    summary = train(config)
+    assert summary["test/exact_match"] >= 0.99, summary["test/exact_match"]
+    assert summary["edge/exact_match"] == 1.0
+
+
+@pytest.mark.slow
+def test_modular_addition_mod_11_is_memorised():
+    """Modular addition mod 11: the training split is fit exactly (generalising is grokking)."""
+    config = config_lib.load(
+        None,
+        [
+            "task.name=modular",
+            "task.modulus=11",
+            "model.d_model=64",
+            "train.batch_size=64",
+            "train.max_steps=500",
+            "train.eval_every=100",
+            "optim.lr=3e-3",
+            "optim.weight_decay=0.5",
+            "optim.warmup_steps=50",
+        ],
+    )
+    summary = train(config)
+    assert summary["train/exact_match"] == 1.0
+    assert summary["train/steps_to_100pct"] is not None
