@@ -148,7 +148,8 @@ def describe(config: RunConfig) -> dict[str, Any]:
 
 def reported_metrics(config: RunConfig) -> set[str]:
     """Names of the metrics ``train`` reports or returns for this config (to validate sweeps)."""
-    names = {"step", "epoch", "lr", "train/loss", "train/exact_match", "time/elapsed_s"}
+    names = {"step", "epoch", "lr", "train/loss", "train/exact_match", "train/token_accuracy"}
+    names.add("time/elapsed_s")
     names |= {"perf/examples_per_s", "perf/tokens_per_s", "perf/mfu"}
     names |= {"n_params", "n_params_non_embedding", "flops_per_token", "steps", "wall_time_s"}
     names |= {"best/" + config.train.monitor, "train/steps_to_100pct", "val/steps_to_threshold"}
@@ -166,6 +167,14 @@ def reported_metrics(config: RunConfig) -> set[str]:
     if config.task.name in ("multi_op", "modular"):
         for symbol in tasks.op_symbols(config.task):
             names |= {f"{s}/exact_match/{OP_NAMES[symbol]}" for s in sets}
+    if config.task.name in ("addition", "multiplication", "sorting"):
+        # per longest-operand length, reported where a set has several lengths
+        trained = range(1, config.task.n_digits + 1)
+        lengths = {(s, n) for s in sets if s != "longer" for n in trained}
+        if config.data.longer_n_digits:
+            lo, hi = config.data.longer_n_digits
+            lengths |= {("longer", n) for n in range(lo, hi + 1)}
+        names |= {f"{s}/exact_match/len_{n}" for s, n in lengths}
     return names
 
 

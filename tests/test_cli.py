@@ -1,4 +1,4 @@
-"""The real commands, as a user runs them: seed configs train, predict answers, bad input exits 2."""
+"""The real commands as a user runs them: seed configs train, predict answers, bad input exits 2."""
 
 from __future__ import annotations
 
