@@ -29,7 +29,7 @@ def greedy_decode(
 
     Rows that produced EOS keep producing EOS, so the result reads as text up to the first EOS.
     """
-    logits, cache = model(prompts)
+    logits, cache = model(prompts, reserve=max_new_tokens)
     out = torch.empty(prompts.shape[0], max_new_tokens, dtype=prompts.dtype, device=prompts.device)
     finished = torch.zeros(prompts.shape[0], dtype=torch.bool, device=prompts.device)
     for i in range(max_new_tokens):
@@ -50,7 +50,7 @@ def predict_answers(
     fmt: Format,
     problems: Problems,
     device: torch.device,
-    batch_size: int = 1024,
+    batch_size: int = 256,
     max_new_tokens: int | None = None,
 ) -> list[str]:
     """The model's answer text for each problem, decoded greedily in batches."""
@@ -70,7 +70,7 @@ def predict_answers(
 
 @torch.no_grad()
 def teacher_forced(
-    model: GPT, fmt: Format, problems: Problems, device: torch.device, batch_size: int = 1024
+    model: GPT, fmt: Format, problems: Problems, device: torch.device, batch_size: int = 256
 ) -> dict[str, float]:
     """Answer-token loss and accuracy with the true answer fed in (no decoding)."""
     encoded = fmt.encode(problems)
@@ -93,7 +93,7 @@ def evaluate_set(
     problems: Problems,
     device: torch.device,
     reference: Format | None = None,
-    batch_size: int = 1024,
+    batch_size: int = 256,
 ) -> dict[str, float]:
     """Metrics of one evaluation set, keys without the set's prefix.
 

@@ -16,7 +16,7 @@ Position encodings:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -25,9 +25,48 @@ from torch import Tensor, nn
 
 from arith.errors import require
 
-# One (key, value) pair per layer, each (B, n_head, T_past, head_dim), plus the index of the last
-# token within its digit run (B,), which Abacus positions continue from.
-KVCache = tuple[list[tuple[Tensor, Tensor]], Tensor]
+
+@dataclass
+class KVCache:
+    """Keys and values of the tokens so far: per layer a (B, n_head, capacity, head_dim) buffer.
+
+    The first ``length`` positions are filled. Decoding writes each new token in place rather
+    than copying the whole prefix every step; a full buffer doubles. Create one with
+    ``model(prompts, reserve=n)`` to leave room for ``n`` new tokens.
+    """
+
+    reserve: int = 0
+    length: int = 0
+    keys: list[Tensor | None] = field(default_factory=list)
+    values: list[Tensor | None] = field(default_factory=list)
+    digit_run: Tensor | None = None
+    """Index of the last token within its run of digits (B,), for Abacus positions."""
+
+    def write(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new tokens' keys and values; the filled part of the buffers, new included."""
+        if len(self.keys) <= layer:
+            self.keys.append(None)
+            self.values.append(None)
+        start, end = self.length, self.length + k.shape[2]
+        if self.keys[layer] is None and self.reserve == 0:  # a plain forward pass: no copy
+            self.keys[layer], self.values[layer] = k, v
+            return k, v
+        buffer = self.keys[layer]
+        if buffer is None or buffer.shape[2] < end:
+            capacity = max(end + self.reserve, 2 * (0 if buffer is None else buffer.shape[2]))
+            self.keys[layer] = _grow(self.keys[layer], k, capacity, start)
+            self.values[layer] = _grow(self.values[layer], v, capacity, start)
+        self.keys[layer][:, :, start:end] = k
+        self.values[layer][:, :, start:end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+
+def _grow(buffer: Tensor | None, like: Tensor, capacity: int, filled: int) -> Tensor:
+    shape = (*like.shape[:2], capacity, like.shape[3])
+    bigger = like.new_empty(shape)
+    if buffer is not None:
+        bigger[:, :, :filled] = buffer[:, :, :filled]
+    return bigger
 
 
 @dataclass(frozen=True)
@@ -124,11 +163,8 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
 
     def forward(
-        self,
-        x: Tensor,
-        rope: tuple[Tensor, Tensor] | None,
-        past: tuple[Tensor, Tensor] | None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        self, x: Tensor, rope: tuple[Tensor, Tensor] | None, cache: KVCache, layer: int
+    ) -> Tensor:
         B, T, C = x.shape
         nh, hs = self.cfg.n_head, self.cfg.head_dim
         q, k, v = self.qkv(x).split(C, dim=2)
@@ -137,11 +173,9 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, nh, hs).transpose(1, 2)
         if rope is not None:
             q, k = _apply_rope(q, *rope), _apply_rope(k, *rope)
-        if past is not None:
-            k = torch.cat([past[0], k], dim=2)
-            v = torch.cat([past[1], v], dim=2)
+        t_past = cache.length
+        k, v = cache.write(layer, k, v)
         p = self.cfg.dropout if self.training else 0.0
-        t_past = k.shape[2] - T
         if t_past == 0:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         elif T == 1:  # one new token attends to everything before it
@@ -150,7 +184,7 @@ class CausalSelfAttention(nn.Module):
             mask = torch.ones(T, t_past + T, dtype=torch.bool, device=x.device).tril(t_past)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return F.dropout(self.proj(y), p, self.training), (k, v)
+        return F.dropout(self.proj(y), p, self.training)
 
 
 class MLP(nn.Module):
@@ -172,11 +206,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope, past):
-        a, kv = self.attn(self.ln_1(x), rope, past)
-        x = x + a
-        x = x + self.mlp(self.ln_2(x))
-        return x, kv
+    def forward(self, x, rope, cache: KVCache, layer: int):
+        x = x + self.attn(self.ln_1(x), rope, cache, layer)
+        return x + self.mlp(self.ln_2(x))
 
 
 class GPT(nn.Module):
@@ -218,14 +250,17 @@ class GPT(nn.Module):
         idx: Tensor,
         cache: KVCache | None = None,
         abacus_offset: Tensor | None = None,
+        reserve: int = 0,
     ) -> tuple[Tensor, KVCache]:
         """Logits (B, T, vocab) for tokens ``idx`` (B, T) following the cached prefix, if any.
 
         ``abacus_offset`` (B,) shifts digit indices during training; evaluation passes ``None``.
+        ``reserve`` preallocates cache room for that many tokens after ``idx`` (decoding).
         """
         B, T = idx.shape
-        t_past = 0 if cache is None else cache[0][0][0].shape[2] if cache[0] else 0
-        prev_run = cache[1] if cache is not None else idx.new_zeros(B)
+        cache = cache if cache is not None else KVCache(reserve=reserve)
+        t_past = cache.length
+        prev_run = cache.digit_run if cache.digit_run is not None else idx.new_zeros(B)
         x = self.wte(idx)
         positions = torch.arange(t_past, t_past + T, device=idx.device)
         rope = None
@@ -238,13 +273,11 @@ class GPT(nn.Module):
             index = run if abacus_offset is None else run + (run > 0) * abacus_offset[:, None]
             x = x + self.abacus(index.clamp(max=self.cfg.abacus_max_k))
         x = F.dropout(x, self.cfg.dropout, self.training)
-        past = cache[0] if cache is not None else [None] * len(self.blocks)
-        new_kv = []
-        for block, kv in zip(self.blocks, past, strict=True):
-            x, kv = block(x, rope, kv)
-            new_kv.append(kv)
-        logits = self.lm_head(self.ln_f(x))
-        return logits, (new_kv, run[:, -1])
+        for layer, block in enumerate(self.blocks):
+            x = block(x, rope, cache, layer)
+        cache.length += T
+        cache.digit_run = run[:, -1]
+        return self.lm_head(self.ln_f(x)), cache
 
 
 def _digit_run_index(is_digit: Tensor, prev_run: Tensor) -> Tensor:

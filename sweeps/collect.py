@@ -27,6 +27,7 @@ from sweeps.tables import (
     build_table,
     default_table_specs,
     describe,
+    status_note,
     summarise,
     to_markdown,
 )
@@ -241,6 +242,9 @@ def render_tables(trials: pd.DataFrame, specs: Sequence[TableSpec]) -> str:
             except ValueError as err:
                 # One table the trials cannot fill should not lose the others (or the sweep).
                 body = f"_table not built: {err}_"
+            note = status_note(trials, spec)
+            if note:  # diverged or errored trials are in the cells; say which they are
+                body += "\n\n" + "  \n".join(f"_{line}_" for line in note.splitlines())
         sections.append(f"## {spec.name}\n\n{describe(spec)}\n\n{body}\n")
     return "\n".join(sections)
 

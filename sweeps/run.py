@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from arith.errors import ConfigError
+from sweeps.cli import ArgumentParser
 from sweeps.spec import SweepSpec, load_spec
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m sweeps.run", description=__doc__.split("\n\n")[1]
-    )
+    parser = ArgumentParser(prog="python -m sweeps.run", description=__doc__.split("\n\n")[1])
     parser.add_argument("spec", help="search-space YAML (see search_spaces/)")
     parser.add_argument(
         "--set",
@@ -41,7 +40,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--tracking-uri", help="MLflow URI (default $MLFLOW_TRACKING_URI or ./mlflow.db)"
     )
-    parser.add_argument("--address", help="an existing Ray cluster (default: start a local one)")
+    parser.add_argument(
+        "--address",
+        help="an existing Ray cluster: auto, HOST:PORT or ray://HOST:10001 (default: start one)",
+    )
+    parser.add_argument(
+        "--storage",
+        help="Tune's storage path for checkpoints, reachable from every node: a shared path or "
+        "a URI (s3://..., gs://...) (default DIR/<name>/ray)",
+    )
+    parser.add_argument(
+        "--storage-shared",
+        action="store_true",
+        help="the storage path is a filesystem mounted at the same path on every node",
+    )
     parser.add_argument("--resume", action="store_true", help="continue the sweep in --out")
     return parser.parse_args(argv)
 
@@ -53,11 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.resume:
-        # The tracker's state (parent and child run ids) is restorable; wiring Tuner.restore to
-        # it is a later issue, so refuse rather than start a second, unrelated sweep.
-        print("error: --resume: not implemented yet; rerun without --resume", file=sys.stderr)
-        return 2
     if args.dry_run:
         print(dry_run_text(spec))
         return 0
@@ -65,7 +72,15 @@ def main(argv: list[str] | None = None) -> int:
 
     uri = args.tracking_uri or default_tracking_uri()
     out_dir = Path(args.out).resolve() / spec.name
-    return run_sweep(spec, out_dir, uri, address=args.address)
+    return run_sweep(
+        spec,
+        out_dir,
+        uri,
+        address=args.address,
+        resume=args.resume,
+        storage=args.storage,
+        storage_shared=args.storage_shared,
+    )
 
 
 def dry_run_text(spec: SweepSpec) -> str:
@@ -115,30 +130,63 @@ def run_sweep(
     tracking_uri: str,
     *,
     address: str | None = None,
+    resume: bool = False,
+    storage: str | None = None,
+    storage_shared: bool = False,
     timings: dict[str, float] | None = None,
 ) -> int:
-    """Run the sweep and write its outputs; returns the exit code. ``timings`` (if given)
-    receives the seconds of each phase: startup (Ray, MLflow), tune, outputs."""
-    _quiet_logs()
-    import ray
+    """Run (or with ``resume``, continue) the sweep and write its outputs; returns the exit
+    code. ``timings`` (if given) receives the seconds of each phase: startup (Ray, MLflow),
+    tune, outputs."""
+    from sweeps import resume as resuming
 
+    _quiet_logs()
     timings = {} if timings is None else timings
     start = time.perf_counter()
-    tuner, tracker = build_tuner(spec, out_dir, tracking_uri)
+    # Before Ray starts: a store that cannot be reached, or nothing to resume, is one line.
+    try:
+        resuming.preflight(tracking_uri)
+        if resume:
+            parent_id = resuming.parent_to_resume(spec, out_dir, tracking_uri, storage=storage)
+            resuming.quiet_stale_checkpoints()
+        else:
+            parent_id = None
+    except resuming.SweepError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    import ray
+
+    from sweeps import cluster
+
     started_ray = not ray.is_initialized()
+    storage = cluster.storage_path(storage, out_dir)
+    if started_ray and address:
+        # Before MLflow records anything, and before the Tuner (through Ray Client, Tune
+        # builds it on the head): a cluster that cannot run this sweep is one line.
+        try:
+            cluster.connect(address)
+            cluster.check_storage(storage, shared=storage_shared, via_client="://" in address)
+        except cluster.ClusterError as err:
+            ray.shutdown()
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    tuner, tracker = build_tuner(spec, out_dir, tracking_uri, resume=resume, storage=storage)
     # A fresh MLflow database spends seconds creating its tables, Ray seconds starting its
     # processes: do both at once.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        parent = pool.submit(tracker.start_parent, spec.to_yaml())
-        if started_ray:
-            _init_ray(address)
+        if parent_id is not None:
+            parent = pool.submit(tracker.attach, parent_id)
+        else:
+            parent = pool.submit(resuming.start_parent, tracker, spec, out_dir)
+        if started_ray and not address:
+            _init_ray()
         parent.result()
     timings["startup"] = time.perf_counter() - start
     try:
         return _run(spec, tuner, tracker, out_dir, timings)
     finally:
         if started_ray:
-            ray.shutdown()
+            ray.shutdown()  # on a cluster we connected to: disconnects, the cluster stays
 
 
 def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, float]) -> int:
@@ -150,6 +198,9 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
     try:
         results = tuner.fit()
         timings["tune"] = time.perf_counter() - start
+        if not tracker.outbox.drain(tracker.drain_timeout_s):
+            print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
+            return 1
         # The tables come from MLflow alone, as `python -m sweeps.table` rebuilds them.
         trials, curves = collect.trials_from_mlflow(tracking_uri, spec.name, parent_id)
         paths = collect.write_outputs(
@@ -166,11 +217,38 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
     errors = sum(1 for r in results if r.error is not None)
     seconds = time.perf_counter() - start + timings["startup"]
     print(_report(spec, out_dir, tracking_uri, parent_id, seconds, errors))
+    if tracker.redone["trials"]:
+        print(_redone_line(tracker.redone))
     return 1 if errors and errors == len(results) else 0
 
 
-def build_tuner(spec: SweepSpec, out_dir: Path, tracking_uri: str):
-    """The Tuner of a sweep and its MLflow callback (whose parent run the caller starts)."""
+def _undelivered(tracker, out_dir: Path) -> str:
+    outbox = tracker.outbox
+    return (
+        f"mlflow at {tracker.tracking_uri} still unreachable {tracker.drain_timeout_s:.0f} s "
+        f"after the sweep ({outbox.last_error}); {len(outbox.pending)} writes not delivered; "
+        f"checkpoints are in {out_dir / 'ray'}"
+    )
+
+
+def _redone_line(redone: dict[str, float]) -> str:
+    return (
+        f"restored from checkpoints: {redone['trials']} trial(s), redid {redone['steps']} steps "
+        f"(~{redone['seconds']:.1f} s of training) logged before the driver or worker died"
+    )
+
+
+def build_tuner(
+    spec: SweepSpec,
+    out_dir: Path,
+    tracking_uri: str,
+    *,
+    resume: bool = False,
+    storage: str | None = None,
+):
+    """The Tuner of a sweep and its MLflow callback (whose parent run the caller starts or,
+    with ``resume``, attaches to). A resumed Tuner restores Tune's state from the output
+    folder and takes fresh callbacks; MLflow, not Tune's copy, says what is logged."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
@@ -182,15 +260,22 @@ def build_tuner(spec: SweepSpec, out_dir: Path, tracking_uri: str):
 
     s = spec.sweep
     resolve = functools.partial(space.resolve_run_config, spec.base, derived=spec.derived)
-    tracker = MLflowTracker(tracking_uri, spec.name, resolve, describe)
+    # How long the end of a sweep waits for an MLflow server that went away.
+    wait_s = float(os.environ.get("SWEEPS_MLFLOW_WAIT_S", "60"))
+    tracker = MLflowTracker(tracking_uri, spec.name, resolve, describe, drain_timeout_s=wait_s)
     progress = ProgressLine(spec.name, space.n_trials(spec), s.metric, s.mode)
     trainable = tune.with_resources(
-        tune.with_parameters(train_trial, base=spec.base, derived=spec.derived),
+        tune.with_parameters(
+            train_trial,
+            base=spec.base,
+            derived=spec.derived,
+            checkpoint_every_s=float(os.environ.get("SWEEPS_CHECKPOINT_EVERY_S", "0")),
+        ),
         {"cpu": s.resources.cpu, "gpu": s.resources.gpu},
     )
     run_config = tune.RunConfig(
         name=spec.name,
-        storage_path=str(out_dir / "ray"),
+        storage_path=storage or str(out_dir / "ray"),
         failure_config=tune.FailureConfig(max_failures=s.max_failures),
         # Two, not one: Tune snapshots the experiment whenever a trial has saved num_to_keep
         # checkpoints since the last snapshot, which at one is every report.
@@ -207,6 +292,17 @@ def build_tuner(spec: SweepSpec, out_dir: Path, tracking_uri: str):
         reuse_actors=True,
         time_budget_s=s.time_budget_s,
     )
+    if resume:
+        tuner = tune.Tuner.restore(
+            f"{storage or out_dir / 'ray'}/{spec.name}",
+            trainable=trainable,
+            resume_unfinished=True,
+            resume_errored=True,
+            param_space=space.param_space(spec),
+        )
+        # The pickled callbacks hold the old process's clients and code; use this one's.
+        tuner._local_tuner.get_run_config().callbacks = run_config.callbacks
+        return tuner, tracker
     tuner = tune.Tuner(
         trainable,
         param_space=space.param_space(spec),
@@ -249,20 +345,18 @@ def _quiet_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _init_ray(address: str | None) -> None:
+def _init_ray() -> None:
+    """The embedded local Ray (an existing cluster: ``sweeps.cluster.connect``)."""
     import ray
 
     # ERROR while starting: Ray's start-up notices are not the user's business; Tune's warnings
     # during the sweep are, so its logger goes back to WARNING.
-    if address:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
-    else:
-        ray.init(
-            num_cpus=os.cpu_count(),
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-        )
+    ray.init(
+        num_cpus=os.cpu_count(),
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+    )
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
 
 

@@ -14,6 +14,7 @@ one line naming its dotted path and the bad value, e.g.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,14 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 class SpecError(ConfigError):
     """A mistake in a search-space file; ``str(err)`` is the one line a command prints."""
+
+    def __str__(self) -> str:
+        return printable(super().__str__())
+
+
+def printable(text: str) -> str:
+    """One line whatever a spec holds: control characters (newlines, \\x1e) escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 @dataclass(frozen=True)
@@ -125,15 +134,23 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         text = path.read_text()
     except OSError as err:
         raise SpecError("spec", f"cannot read {str(path)!r}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise SpecError("spec", f"{path} is not UTF-8 text (byte {err.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise SpecError("spec", f"{path}{where} is not valid YAML") from None
+    except (ValueError, RecursionError) as err:  # an integer of 4300+ digits; deep nesting
+        raise SpecError("spec", f"{path} holds a value YAML cannot read: {_short(err)}") from None
     if not isinstance(data, dict):
         raise SpecError("spec", f"{path} must hold a mapping, but holds {type(data).__name__}")
     return data
+
+
+def _short(err: BaseException) -> str:
+    return str(err).split(";")[0][:120] or type(err).__name__
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -149,6 +166,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             value = yaml.safe_load(value_text) if value_text.strip() else ""
         except yaml.YAMLError:
             value = value_text
+        except (ValueError, RecursionError) as err:
+            raise SpecError("--set", f"{key}: cannot read the value: {_short(err)}") from None
         block, rest = key.split(".", 1)
         if block not in BLOCKS:
             raise SpecError("--set", f"{key!r} must start with one of {', '.join(BLOCKS)}")
@@ -178,6 +197,8 @@ def parse_spec(raw: dict[str, Any]) -> SweepSpec:
         raise
     except ConfigError as err:
         raise SpecError(err.path, err.message) from None
+    except OverflowError as err:  # arith.dataconf: float(10**400) (its path is not known here)
+        raise SpecError("spec", f"a number is out of range: {err}") from None
 
 
 def _parse(raw: dict[str, Any]) -> SweepSpec:
@@ -188,7 +209,7 @@ def _parse(raw: dict[str, Any]) -> SweepSpec:
     require("sweep" in raw, "sweep", "missing; a spec needs at least sweep.name")
     sweep = dataconf.from_dict(SweepSettings, raw["sweep"], "sweep")
     _check_settings(sweep)
-    base = raw.get("base") or {}
+    base = {} if raw.get("base") is None else raw["base"]  # `base: 0` is a mistake, not {}
     require(isinstance(base, dict), "base", f"expected a mapping, but got {base!r}")
     paths = dataconf.field_paths(RunConfig)
     space = _mapping(raw, "space")
@@ -206,7 +227,7 @@ def _parse(raw: dict[str, Any]) -> SweepSpec:
 
 
 def _mapping(raw: dict[str, Any], block: str) -> dict[str, Any]:
-    value = raw.get(block) or {}
+    value = {} if raw.get(block) is None else raw[block]
     require(isinstance(value, dict), block, f"expected a mapping, but got {value!r}")
     return value
 
@@ -222,10 +243,11 @@ def _check_settings(s: SweepSettings) -> None:
         "sweep.max_concurrent",
         f"must be >= 1 or null, but got {s.max_concurrent}",
     )
-    require(s.resources.cpu >= 0, "sweep.resources.cpu", f"must be >= 0, got {s.resources.cpu}")
-    require(s.resources.gpu >= 0, "sweep.resources.gpu", f"must be >= 0, got {s.resources.gpu}")
+    for key in ("cpu", "gpu"):  # finite: Ray cannot schedule an infinite share
+        value = getattr(s.resources, key)
+        require(0 <= value < math.inf, f"sweep.resources.{key}", f"must be >= 0, got {value}")
     require(
-        s.time_budget_s is None or s.time_budget_s > 0,
+        s.time_budget_s is None or 0 < s.time_budget_s < math.inf,
         "sweep.time_budget_s",
         f"must be > 0 or null, but got {s.time_budget_s}",
     )

@@ -302,6 +302,31 @@ def render_markdown(header: Sequence[str], body: Iterable[Sequence[str]], n_left
     return "\n".join([line(rows[0]), line(rule), *(line(r) for r in rows[1:])])
 
 
+# Trial statuses a reader of a table must be told about: their values are in the cells, but
+# they are not what the configuration would reach with a working run.
+NOTED_STATUSES = {"DIVERGED": "diverged (non-finite loss)", "ERROR": "errored"}
+
+
+def status_note(trials: pd.DataFrame, spec: TableSpec | None = None) -> str:
+    """One line per noted status (``diverged (non-finite loss): 1 trial: t_3 (optim.lr=1e+04)``),
+    empty when every trial ran normally."""
+    if "status" not in trials.columns:
+        return ""
+    keys = [*spec.rows, *spec.columns] if spec is not None else []
+    lines = []
+    for status, label in NOTED_STATUSES.items():
+        hit = trials[trials["status"] == status]
+        if hit.empty:
+            continue
+        names = []
+        for _, row in hit.iterrows():
+            where = ", ".join(f"{k}={format_key(row[k])}" for k in keys if k in row.index)
+            names.append(f"{row.get('trial_id', '?')}" + (f" ({where})" if where else ""))
+        count = f"{len(hit)} trial" + ("s" if len(hit) > 1 else "")
+        lines.append(f"{label}: {count}: {'; '.join(names)}")
+    return "\n".join(lines)
+
+
 def describe(spec: TableSpec) -> str:
     """A one-line caption: what the cells hold and over what."""
     how = {

@@ -1,15 +1,24 @@
 """MLflow from the driver: a parent run per sweep and a nested child run per trial.
 
 Trials never talk to MLflow; they report to Tune, and this callback (on the driver) is the one
-writer. That keeps SQLite usable as the default store and keeps the bookkeeping in one small,
-restorable state: the parent run id and, per trial, its run id, the last step logged and
-whether its summary was logged. Metrics are logged only for steps past the last one logged, so
-a trial restored from a checkpoint never logs a (key, step) pair twice.
+writer. That keeps SQLite usable as the default store and the bookkeeping in one place:
+
+- MLflow is the source of truth. A resumed sweep (``attach``) finds its parent run and the child
+  run of every trial (tag ``sweep.trial_id``) and, per child, the last step logged of every
+  metric; a result's metrics are logged only for keys whose last step is before the result's.
+  A trial restored from a checkpoint, or a whole sweep restored after its driver was killed,
+  therefore never logs a (key, step) pair twice and never gets a second child run.
+- Writes go through an ordered buffer (``_Outbox``): when the store is unreachable, they wait in
+  order and are retried on later results and, with a bounded wait, at the end of the sweep, so
+  a short outage loses nothing and does not stop the trials.
 """
 
 from __future__ import annotations
 
+import collections
 import math
+import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -41,8 +50,6 @@ _BATCH = 100  # MLflow's limit of params per log_batch call
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
-    import os
-
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
         return env
@@ -70,6 +77,87 @@ def training_metrics(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def is_permanent(err: Exception) -> bool:
+    """A write the store refused (HTTP 4xx: a bad request) rather than one that did not arrive;
+    retrying it would only block the writes behind it."""
+    from mlflow.exceptions import RestException
+
+    if not isinstance(err, RestException):
+        return False
+    code = err.get_http_status_code()
+    return 400 <= code < 500 and code not in (408, 429)
+
+
+class _Outbox:
+    """MLflow writes in order; a write that fails for want of a store waits, with those after it.
+
+    ``send`` runs the waiting writes and then the new one, stopping at the first failure; the
+    next attempt waits ``backoff_s`` so that a dead server costs one refused connection per
+    second, not one per result.
+    """
+
+    def __init__(self, backoff_s: float = 1.0) -> None:
+        self.pending: collections.deque[tuple[str, Callable[[], Any]]] = collections.deque()
+        self.backoff_s = backoff_s
+        self.retry_at = 0.0
+        self.failures = 0  # writes that failed at least once (outage figure)
+        self.dropped: list[str] = []
+        self.last_error = ""
+        self.seconds = 0.0  # spent in writes (the driver's cost of tracking)
+        self.calls = 0
+
+    def send(self, what: str, write: Callable[[], Any]) -> None:
+        self.pending.append((what, write))
+        self.flush()
+
+    def flush(self) -> bool:
+        """Try the waiting writes in order; True when none is left."""
+        if self.pending and time.monotonic() < self.retry_at:
+            return False
+        while self.pending:
+            what, write = self.pending[0]
+            start = time.perf_counter()
+            try:
+                write()
+            except Exception as err:  # any failure of the store waits
+                if is_permanent(err):
+                    self.dropped.append(what)
+                    self.pending.popleft()
+                    print(f"warning: mlflow refused {what}: {_one_line(err)}", file=sys.stderr)
+                    continue
+                if not self.last_error:
+                    print(
+                        f"warning: mlflow unreachable, buffering writes: {_one_line(err)}",
+                        file=sys.stderr,
+                    )
+                self.last_error = _one_line(err)
+                self.failures += 1
+                self.retry_at = time.monotonic() + self.backoff_s
+                return False
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+            self.pending.popleft()
+        if self.last_error:
+            print("mlflow reachable again: buffered writes delivered", file=sys.stderr)
+            self.last_error = ""
+        return True
+
+    def drain(self, timeout_s: float) -> bool:
+        """Retry until everything is written or ``timeout_s`` has passed."""
+        deadline = time.monotonic() + timeout_s
+        while not self.flush():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(max(0.0, min(self.retry_at - time.monotonic(), 1.0)) or 0.1)
+        return True
+
+
+def _one_line(err: Exception) -> str:
+    text = " ".join(str(getattr(err, "message", None) or err).split())
+    return text if len(text) < 300 else text[:297] + "..."
+
+
 class MLflowTracker(Callback):
     """A Tune callback that records the sweep in MLflow (see the module docstring).
 
@@ -83,30 +171,33 @@ class MLflowTracker(Callback):
         experiment_name: str,
         resolve: Callable[[dict[str, Any]], Any],
         describe: Callable[[Any], dict[str, Any]] | None = None,
+        drain_timeout_s: float = 60.0,
     ) -> None:
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.resolve = resolve
         self.describe = describe
+        self.drain_timeout_s = drain_timeout_s
         self.parent_run_id: str | None = None
-        self.trials: dict[str, dict[str, Any]] = {}  # trial_id -> run_id, last_step, summary
+        # trial_id -> {run_id, steps: {key: last step logged}, summary, status, params}
+        self.trials: dict[str, dict[str, Any]] = {}
+        # Work a restored trial did again: steps and training seconds since its checkpoint.
+        self.redone = {"trials": 0, "steps": 0, "seconds": 0.0}
+        self.outbox = _Outbox()
         self._client = None
         self._experiment: str | None = None
 
-    # ---- state (small, so a restored sweep finds its runs again) ----
+    # ---- state: MLflow is the truth; Tune's copy only remembers the parent run ----
     def get_state(self) -> dict[str, Any]:
-        return {"parent_run_id": self.parent_run_id, "trials": self.trials}
+        return {"parent_run_id": self.parent_run_id}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self.parent_run_id = state.get("parent_run_id")
-        self.trials = dict(state.get("trials", {}))
+        if self.parent_run_id is None and state.get("parent_run_id"):
+            self.attach(state["parent_run_id"])
 
     def __getstate__(self) -> dict[str, Any]:
-        return {
-            **self.__dict__,
-            "_client": None,
-            "_experiment": None,
-        }  # Tune pickles callbacks; clients stay behind
+        # Tune pickles callbacks; clients and unsent writes stay behind.
+        return {**self.__dict__, "_client": None, "_experiment": None, "outbox": _Outbox()}
 
     @property
     def client(self):
@@ -131,9 +222,46 @@ class MLflowTracker(Callback):
         self._log_text(self.parent_run_id, spec_yaml, "spec.yaml")
         return self.parent_run_id
 
-    def finish_parent(self, status: str = "FINISHED") -> None:
-        if self.parent_run_id is not None:
+    def attach(self, parent_run_id: str) -> None:
+        """Continue the sweep of ``parent_run_id``: its child runs and what they hold."""
+        from sweeps.collect import child_runs
+
+        self.parent_run_id = parent_run_id
+        parent = self.client.get_run(parent_run_id)
+        self._experiment = parent.info.experiment_id
+        self.trials = {}
+        for run in child_runs(self.client, parent):
+            trial_id = run.data.tags.get("sweep.trial_id")
+            if trial_id is None:
+                continue
+            self.trials[trial_id] = {
+                "run_id": run.info.run_id,
+                # MLflow keeps each key's latest value, i.e. the one at its highest step.
+                "steps": {m.key: m.step for m in run.data._metric_objs},
+                "elapsed": run.data.metrics.get("time/elapsed_s"),
+                "summary": "sweep.stopped_reason" in run.data.tags,
+                "stopped_reason": run.data.tags.get("sweep.stopped_reason"),
+                "status": run.data.tags.get("sweep.status"),
+                # Params go after the config artifact: with params, the setup was complete.
+                "params": bool(run.data.params),
+                "created": True,
+            }
+        self.client.set_terminated(parent_run_id, status="RUNNING")
+
+    def finish_parent(self, status: str = "FINISHED") -> bool:
+        """End the parent run (after what is buffered); False if MLflow is unreachable (the
+        caller waits for the buffer first, with ``outbox.drain``)."""
+        if not self.outbox.flush() or self.parent_run_id is None:
+            return False
+        try:
+            if self.redone["trials"]:
+                metrics = {f"resume/redone_{k}": float(v) for k, v in self.redone.items()}
+                self._log_metrics(self.parent_run_id, metrics, 0)
             self.client.set_terminated(self.parent_run_id, status=status)
+        except Exception as err:  # the end of a sweep must not raise here
+            print(f"warning: could not end the parent run: {_one_line(err)}", file=sys.stderr)
+            return False
+        return True
 
     def log_outputs(self, paths: list[Path]) -> None:
         """Tables under ``tables/`` and figures under ``plots/`` of the parent run."""
@@ -157,11 +285,16 @@ class MLflowTracker(Callback):
 
     # ---- Tune hooks ----
     def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
-        known = self.trials.get(trial.trial_id)
-        if known is not None:  # a retry or a restored sweep: same run, carry on
-            self.client.set_tag(known["run_id"], "sweep.status", "RUNNING")
-            return
-        self.trials[trial.trial_id] = self._start_child(trial)
+        state = self.trials.get(trial.trial_id)
+        if state is None:
+            state = self.trials[trial.trial_id] = _new_state()
+            self.outbox.send(f"child run of {trial.trial_id}", lambda: self._start_child(trial))
+            self.outbox.send(f"params of {trial.trial_id}", lambda: self._log_setup(trial))
+        elif not state["params"]:  # created, but its driver died before the params went out
+            self.outbox.send(f"params of {trial.trial_id}", lambda: self._log_setup(trial))
+        else:  # a retry or a restored sweep: the same run carries on
+            self._count_redo(state, trial)
+            self.outbox.send(f"status of {trial.trial_id}", lambda: self._set_running(state))
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
         state = self.trials.get(trial.trial_id)
@@ -170,22 +303,30 @@ class MLflowTracker(Callback):
         if "stopped_reason" in result:  # the trainable's last report: train()'s summary
             self._log_summary(state, result)
             return
-        step = int(result.get("step", state["last_step"] + 1))
-        if step <= state["last_step"]:
+        step = int(result.get("step", max(state["steps"].values(), default=-1) + 1))
+        metrics = {
+            k: v for k, v in training_metrics(result).items() if state["steps"].get(k, -1) < step
+        }
+        if not metrics:
             return
-        self._log_metrics(state["run_id"], training_metrics(result), step)
-        state["last_step"] = step
+        state["steps"].update(dict.fromkeys(metrics, step))
+        if "time/elapsed_s" in metrics:
+            state["elapsed"] = metrics["time/elapsed_s"]
+        self.outbox.send(
+            f"metrics of {trial.trial_id} at step {step}",
+            lambda: self._log_metrics(state["run_id"], metrics, step),
+        )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         state = self.trials.get(trial.trial_id)
         if state is None:
             return
         if state["summary"]:
-            status = _STATUS.get(state.get("stopped_reason", ""), "TERMINATED")
+            status = _STATUS.get(state.get("stopped_reason") or "", "TERMINATED")
         else:  # stopped by the scheduler (ASHA) before train() returned
             status = "EARLY_STOPPED"
             self._log_fallback_summary(state, trial, "scheduler")
-        self._end_child(state, status, "FINISHED")
+        self._end_child(state, status, "FINISHED", trial.trial_id)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         state = self.trials.get(trial.trial_id)
@@ -193,13 +334,22 @@ class MLflowTracker(Callback):
             return
         if not state["summary"]:
             self._log_fallback_summary(state, trial, "error")
-        error = getattr(trial, "error_file", None) or ""
-        self.client.set_tag(state["run_id"], "sweep.error_file", str(error))
-        self._end_child(state, "ERROR", "FAILED")
+        error = str(getattr(trial, "error_file", None) or "")
+        tags = {"sweep.error_file": error}
+        self._end_child(state, "ERROR", "FAILED", trial.trial_id, tags)
+
+    def on_experiment_end(self, trials: list, **info) -> None:
+        self.outbox.flush()
 
     # ---- child runs ----
-    def _start_child(self, trial) -> dict[str, Any]:
-        config = self.resolve(trial.config)
+    def _start_child(self, trial) -> None:
+        state = self.trials[trial.trial_id]
+        if state["created"]:  # a retry: the store may have made the run before the error
+            found = self._find_child(trial.trial_id)
+            if found is not None:
+                state["run_id"] = found
+                return
+        state["created"] = True
         run = self.client.create_run(
             self._experiment_id(),
             run_name=f"{self.experiment_name}-{trial.trial_id}",
@@ -211,17 +361,50 @@ class MLflowTracker(Callback):
                 "sweep.status": "RUNNING",
             },
         )
-        run_id = run.info.run_id
-        self._log_params(run_id, config.flat())
-        self._log_text(run_id, yaml.safe_dump(config.to_dict(), sort_keys=False), "config.yaml")
-        return {"run_id": run_id, "last_step": -1, "summary": False}
+        state["run_id"] = run.info.run_id
 
-    def _log_params(self, run_id: str, flat: dict[str, Any]) -> None:
+    def _find_child(self, trial_id: str) -> str | None:
+        runs = self.client.search_runs(
+            [self._experiment_id()],
+            filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_run_id}' "
+            f"and tags.`sweep.trial_id` = '{trial_id}'",
+            max_results=1,
+        )
+        return runs[0].info.run_id if runs else None
+
+    def _log_setup(self, trial) -> None:
+        """config.yaml, then the params (their presence marks a complete setup on resume)."""
         from mlflow.entities import Param
 
+        state = self.trials[trial.trial_id]
+        config = self.resolve(trial.config)
+        self._log_text(
+            state["run_id"], yaml.safe_dump(config.to_dict(), sort_keys=False), "config.yaml"
+        )
+        flat = config.flat()
         params = [Param(k, str(list(v) if isinstance(v, tuple) else v)) for k, v in flat.items()]
         for i in range(0, len(params), _BATCH):
-            self.client.log_batch(run_id, params=params[i : i + _BATCH])
+            self.client.log_batch(state["run_id"], params=params[i : i + _BATCH])
+        state["params"] = True
+
+    def _set_running(self, state: dict[str, Any]) -> None:
+        self.client.set_tag(state["run_id"], "sweep.status", "RUNNING")
+        state["status"] = "RUNNING"
+
+    def _count_redo(self, state: dict[str, Any], trial) -> None:
+        """Steps (and training seconds) a restored trial will train again: from its checkpoint
+        to the last step MLflow holds."""
+        logged = max(state["steps"].values(), default=-1)
+        if logged < 0:
+            return
+        restored = getattr(trial, "latest_checkpoint_result", None)
+        metrics = getattr(restored, "metrics", None) or {}
+        from_step = int(metrics.get("step", 0))
+        self.redone["trials"] += 1
+        self.redone["steps"] += max(0, logged - from_step)
+        if state.get("elapsed") is not None:
+            seconds = state["elapsed"] - float(metrics.get("time/elapsed_s", 0.0))
+            self.redone["seconds"] += max(0.0, seconds)
 
     def _log_metrics(
         self, run_id: str, metrics: dict[str, float], step: int, tags: dict[str, str] | None = None
@@ -247,10 +430,16 @@ class MLflowTracker(Callback):
             and isinstance(result[k], int | float)
             and not isinstance(result[k], bool)
         }
-        step = int(result.get("steps", max(state["last_step"], 0)))
+        step = int(result.get("steps", max(state["steps"].values(), default=0)))
         reason = str(result["stopped_reason"])
-        self._log_metrics(state["run_id"], summary, step, {"sweep.stopped_reason": reason})
-        state.update(summary=True, stopped_reason=reason)
+        # The summary is a trial's last report: its final status goes in the same write.
+        status = _STATUS.get(reason, "TERMINATED")
+        state.update(summary=True, stopped_reason=reason, status_logged=status)
+        tags = {"sweep.stopped_reason": reason, "sweep.status": status}
+        self.outbox.send(
+            f"summary of run {state['run_id']}",
+            lambda: self._log_metrics(state["run_id"], summary, step, tags),
+        )
 
     def _log_fallback_summary(self, state: dict[str, Any], trial, reason: str) -> None:
         """Sizes from the config (no model built) for trials that never returned a summary."""
@@ -259,22 +448,59 @@ class MLflowTracker(Callback):
             sizes = self.describe(self.resolve(trial.config))
             summary = {k: float(sizes[k]) for k in SUMMARY_METRICS if k in sizes}
         last = trial.last_result or {}
-        if state["last_step"] >= 0:
-            summary["steps"] = float(state["last_step"])
+        step = max(state["steps"].values(), default=0)
+        if step > 0:
+            summary["steps"] = float(step)
         if isinstance(last.get("time_total_s"), int | float):
             summary["wall_time_s"] = float(last["time_total_s"])
         summary = {k: v for k, v in summary.items() if math.isfinite(v)}
-        tags = {"sweep.stopped_reason": reason}
-        self._log_metrics(state["run_id"], summary, max(state["last_step"], 0), tags)
         state.update(summary=True, stopped_reason=reason)
+        tags = {"sweep.stopped_reason": reason}
+        self.outbox.send(
+            f"summary of {trial.trial_id}",
+            lambda: self._log_metrics(state["run_id"], summary, step, tags),
+        )
 
-    def _end_child(self, state: dict[str, Any], status: str, run_status: str) -> None:
-        self.client.set_tag(state["run_id"], "sweep.status", status)
-        self.client.set_terminated(state["run_id"], status=run_status)
+    def _end_child(
+        self,
+        state: dict[str, Any],
+        status: str,
+        run_status: str,
+        trial_id: str,
+        tags: dict[str, str] | None = None,
+    ) -> None:
+        from mlflow.entities import RunTag
+
         state["status"] = status
+
+        if not tags and state.get("status_logged") == status:
+            tags = None  # the summary's write set it already
+        else:
+            tags = {**(tags or {}), "sweep.status": status}
+
+        def end() -> None:
+            if tags:
+                run_tags = [RunTag(k, v) for k, v in tags.items()]
+                self.client.log_batch(state["run_id"], tags=run_tags)
+            self.client.set_terminated(state["run_id"], status=run_status)
+
+        self.outbox.send(f"end of {trial_id}", end)
 
     def _log_text(self, run_id: str, text: str, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / name
             path.write_text(text)
             self.client.log_artifact(run_id, str(path))
+
+
+def _new_state() -> dict[str, Any]:
+    return {
+        "run_id": None,
+        "steps": {},
+        "elapsed": None,
+        "summary": False,
+        "stopped_reason": None,
+        "status": "RUNNING",
+        "params": False,
+        "created": False,
+    }

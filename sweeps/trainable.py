@@ -35,8 +35,19 @@ def summary_report(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def train_trial(config: dict[str, Any], base: dict[str, Any], derived: dict[str, Derived]) -> None:
-    """Tune's function trainable (bind ``base`` and ``derived`` with ``tune.with_parameters``)."""
+def train_trial(
+    config: dict[str, Any],
+    base: dict[str, Any],
+    derived: dict[str, Derived],
+    checkpoint_every_s: float = 0.0,
+) -> None:
+    """Tune's function trainable (bind ``base``, ``derived`` and ``checkpoint_every_s`` with
+    ``tune.with_parameters``). A report carries train()'s checkpoint when ``checkpoint_every_s``
+    have passed since the last one that did, and always the last report: each checkpoint Tune
+    keeps costs a copy into storage and bookkeeping on the driver, while a restored trial redoes
+    at most that many seconds."""
+    import time
+
     from ray import tune
 
     from arith.trainer import train
@@ -48,9 +59,16 @@ def train_trial(config: dict[str, Any], base: dict[str, Any], derived: dict[str,
         if restored is not None:
             resume_from = restored.to_directory(str(Path(tmp) / "restored"))
 
+        last_saved = time.monotonic()
+
         def report(metrics: dict[str, Any]) -> None:
+            nonlocal last_saved
             path = metrics.get("checkpoint")
-            checkpoint = tune.Checkpoint.from_directory(path) if path else None
+            due = metrics.get("done") or time.monotonic() - last_saved >= checkpoint_every_s
+            checkpoint = None
+            if path and due:
+                checkpoint = tune.Checkpoint.from_directory(path)
+                last_saved = time.monotonic()
             tune.report(reportable(metrics), checkpoint=checkpoint)
 
         checkpoint_dir = Path(tmp) / "checkpoint"

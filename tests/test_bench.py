@@ -45,7 +45,7 @@ def test_tables_have_every_row_with_numbers(quick_run) -> None:
     rows = {
         "fp32": 1,
         **{case: 3 for case in bench.DATA_CASES},
-        **{case.label: 7 for case in bench.QUICK.models},
+        **{case.label: 6 for case in bench.QUICK.models},
         "batched (predict_answers)": 2,
         "one at a time (greedy_decode, batch 1)": 2,
     }

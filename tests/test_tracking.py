@@ -246,3 +246,56 @@ def test_callback_against_a_server(mlflow_server):
     tracker = make_tracker(mlflow_server)
     drive(tracker)
     check_layout(mlflow_server, tracker)
+
+
+def test_writes_wait_in_order_while_the_store_is_away(tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = make_tracker(uri)
+    tracker.start_parent("sweep: {name: tracking-test}\n")
+    trial = FakeTrial("t_0", {})
+    tracker.on_trial_start(0, [], trial)
+    real, down = tracker.client.log_batch, [True]
+
+    def log_batch(*args, **kwargs):
+        if down[0]:
+            raise ConnectionError("connection refused")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tracker.client, "log_batch", log_batch)
+    tracker.outbox.backoff_s = 0.0
+    tracker.on_trial_result(1, [], trial, eval_result(0, 0.0))
+    tracker.on_trial_result(2, [], trial, eval_result(10, 0.5))
+    assert len(tracker.outbox.pending) == 2 and tracker.outbox.failures == 2
+    down[0] = False
+    tracker.on_trial_result(3, [], trial, eval_result(20, 0.75))
+    assert not tracker.outbox.pending
+    history = MlflowClient(uri).get_metric_history(
+        tracker.trials["t_0"]["run_id"], "val/exact_match"
+    )
+    assert [(m.step, m.value) for m in history] == [(0, 0.0), (10, 0.5), (20, 0.75)]
+
+
+def test_attach_takes_what_mlflow_holds_as_the_truth(tmp_path):
+    """A driver killed after logging: a new tracker finds the child run and skips, key by key,
+    every step MLflow already has, whatever Tune's (older) snapshot said."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = make_tracker(uri)
+    parent = first.start_parent("sweep: {name: tracking-test}\n")
+    trial = FakeTrial("t_0", {})
+    first.on_trial_start(0, [], trial)
+    first.on_trial_result(1, [], trial, eval_result(0, 0.0))
+    first.on_trial_result(2, [], trial, {**eval_result(10, 0.5), "test/exact_match": 0.4})
+    second = make_tracker(uri)
+    second.set_state({"parent_run_id": parent})  # what Tune restores; MLflow fills the rest
+    assert second.trials["t_0"]["steps"]["val/exact_match"] == 10
+    second.on_trial_start(3, [], trial)
+    second.on_trial_result(4, [], trial, eval_result(0, 0.0))
+    second.on_trial_result(5, [], trial, eval_result(10, 0.5))  # no test/ metric this time
+    second.on_trial_result(6, [], trial, {**eval_result(20, 0.75), "test/exact_match": 0.7})
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("tracking-test").experiment_id])
+    assert len(runs) == 2  # parent and one child
+    run_id = second.trials["t_0"]["run_id"]
+    for key, steps in (("val/exact_match", [0, 10, 20]), ("test/exact_match", [10, 20])):
+        assert [m.step for m in client.get_metric_history(run_id, key)] == steps
+    assert second.redone["trials"] == 1

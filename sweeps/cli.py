@@ -1,0 +1,16 @@
+"""The sweeps commands' argument parser: a mistake on the command line is one line and exit 2,
+like a mistake in a spec (argparse's own error prints the usage block first)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        from sweeps.spec import printable
+
+        print(f"error: {printable(message)} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)

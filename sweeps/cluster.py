@@ -1,0 +1,132 @@
+"""Sweeps on an existing Ray cluster: connecting, shipping the project to its nodes, and the
+checks that stop a configuration which cannot work on the cluster it finds.
+
+Where things run. ``python -m sweeps.run --address ...`` is the driver: Tune's loop and the
+MLflow callback run in it, so the tracking store must be reachable from the driver's machine
+only (a SQLite file there works). Trials run on any node, and write their checkpoints to Tune's
+storage path, which every node must reach: a shared filesystem path or a cloud URI. Submitted
+as a Ray job (``sweeps.submit`` or ``ray job submit``), the driver runs on the head node. Through
+Ray Client (``ray://``) Tune's loop runs on the head as well (Tune moves it there), so storage and
+tracking store must be reachable from the head.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+from arith.errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# What a node needs is the code and the search spaces; never the virtual environment, results,
+# local MLflow stores or checkpoints (Ray's upload limit is a few hundred MB, and they are secret
+# to nobody but useless there).
+EXCLUDES = [
+    ".venv",
+    ".git",
+    "results",
+    "runs",
+    "mlruns",
+    "mlartifacts",
+    "*.db",
+    "*.pt",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "*.egg-info",
+    "build",
+]
+# Set by Ray's job manager in a submitted job's driver; its runtime env (working_dir included)
+# then applies to the whole job, and a second working_dir from ray.init would conflict.
+_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+class ClusterError(ConfigError):
+    """A cluster or storage setting that cannot work; ``str(err)`` is the one line printed."""
+
+
+def project_runtime_env() -> dict[str, object]:
+    """The runtime env that makes ``arith`` and ``sweeps`` importable on every node."""
+    return {"working_dir": str(PROJECT_ROOT), "excludes": list(EXCLUDES)}
+
+
+def in_submitted_job() -> bool:
+    return _JOB_CONFIG_ENV in os.environ
+
+
+def connect(address: str) -> None:
+    """Connect this driver to an existing cluster (``auto``, ``host:port`` or ``ray://...``).
+
+    Trials import the project on other nodes from a copy of the project root that Ray uploads
+    (excluding EXCLUDES), unless this is a submitted job, whose working dir Ray already ships.
+    """
+    import ray
+
+    runtime_env = None if in_submitted_job() else project_runtime_env()
+    try:
+        ray.init(
+            address=address,
+            runtime_env=runtime_env,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise ClusterError("--address", _connect_error(address, err)) from None
+    logging.getLogger("ray.tune").setLevel(logging.WARNING)
+
+
+def _connect_error(address: str, err: BaseException) -> str:
+    chain, cause = [], err
+    while cause is not None and len(chain) < 4:
+        chain.append(str(cause).strip().splitlines()[0] if str(cause).strip() else "")
+        cause = cause.__cause__
+    text = " ".join(chain)
+    if "auth" in text.lower():
+        return (
+            f"cannot connect to Ray at {address!r}: the cluster uses token authentication; "
+            "set RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN or ~/.ray/auth_token)"
+        )
+    return f"cannot connect to Ray at {address!r}: {chain[0][:200]}"
+
+
+def is_remote_uri(path: str) -> bool:
+    """A URI that pyarrow opens as a remote filesystem (s3://, gs://, hdfs://, ...)."""
+    scheme = urlparse(path).scheme
+    return len(scheme) > 1 and scheme != "file"  # len > 1: not a Windows drive letter
+
+
+def storage_path(storage: str | None, out_dir: Path) -> str:
+    """Tune's storage path: ``--storage`` as given (a URI) or absolute, else DIR/<name>/ray."""
+    if storage is None:
+        return str(out_dir / "ray")
+    if is_remote_uri(storage):
+        return storage
+    return str(Path(storage.removeprefix("file://")).expanduser().resolve())
+
+
+def alive_nodes() -> list[dict]:
+    import ray
+
+    return [node for node in ray.nodes() if node.get("Alive")]
+
+
+def check_storage(path: str, *, shared: bool, via_client: bool = False) -> int:
+    """Stop before anything starts when some trial could not reach Tune's storage path.
+
+    A plain path is fine on a one-node cluster, or when declared shared (``--storage-shared``:
+    an NFS/Lustre/... mount at the same path on every node). Returns the number of alive nodes.
+    """
+    n_nodes = len(alive_nodes())
+    if is_remote_uri(path) or shared:
+        return n_nodes
+    if n_nodes > 1 or via_client:
+        where = f"the cluster has {n_nodes} nodes" if n_nodes > 1 else "Tune runs on the head"
+        raise ClusterError(
+            "--storage",
+            f"{path!r} is a path on one machine, but {where}; use a shared filesystem path "
+            "(mounted on every node, with --storage-shared) or a cloud URI (s3://, gs://, ...)",
+        )
+    return n_nodes

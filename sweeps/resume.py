@@ -1,0 +1,181 @@
+"""What a sweep checks before Ray starts, and how ``--resume`` finds the sweep it continues.
+
+- ``preflight``: an MLflow server that cannot be reached is one line within seconds (bounded
+  retries and timeout), before any trial could start.
+- ``start_parent``: a new sweep's parent run; its id and the spec go into the output folder
+  (``sweep.json``, ``spec.yaml``), so a resumed sweep finds them even without Tune's state.
+- ``parent_to_resume``: the parent run a ``--resume`` continues (the saved id, else the newest
+  unfinished parent of the experiment), or a one-line reason why there is nothing to resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sweeps.spec import SweepSpec
+
+STATE_FILE = "sweep.json"
+# Bounded MLflow HTTP calls: without these a dead server blocks each call for minutes
+# (7 retries with exponential backoff), stalling the driver and with it every trial.
+HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+class StaleCheckpointFilter:
+    """Drops Tune's "Error handling checkpoint" traceback for a checkpoint directory that is
+    already gone. After a restore, Tune's snapshot still lists checkpoints that the killed driver
+    had deleted (num_to_keep); deleting them again fails, harmlessly: the new checkpoint is
+    registered before the deletion is tried."""
+
+    def filter(self, record) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        stale = isinstance(error, FileNotFoundError) and "Error handling checkpoint" in str(
+            record.msg
+        )
+        return not stale
+
+
+def quiet_stale_checkpoints() -> None:
+    import logging
+
+    logging.getLogger("ray.tune.execution.tune_controller").addFilter(StaleCheckpointFilter())
+
+
+class SweepError(Exception):
+    """A reason not to start (str(err) is the one line shown after ``error: ``)."""
+
+
+def is_http(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def preflight(tracking_uri: str) -> None:
+    """Raise SweepError if the tracking store cannot be used; bounds MLflow's HTTP calls."""
+    if is_http(tracking_uri):
+        for name, value in HTTP_ENV.items():
+            os.environ.setdefault(name, value)
+        from mlflow import MlflowClient
+
+        try:
+            MlflowClient(tracking_uri).search_experiments(max_results=1)
+        except Exception as err:  # whatever it is, the sweep cannot log
+            reason = " ".join(str(getattr(err, "message", None) or err).split())[:200]
+            raise SweepError(
+                f"--tracking-uri: cannot reach the MLflow server at {tracking_uri} ({reason}); "
+                "start it or pass another --tracking-uri"
+            ) from None
+    elif tracking_uri.startswith("sqlite:///"):
+        folder = Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0]).parent
+        if not folder.is_dir():
+            raise SweepError(f"--tracking-uri: no folder {folder} for the SQLite store")
+
+
+def start_parent(tracker, spec: SweepSpec, out_dir: Path) -> str:
+    """A new sweep's parent run; its id and the spec are saved in ``out_dir`` for --resume."""
+    parent_id = tracker.start_parent(spec.to_yaml())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
+    state = {"parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
+    _write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
+    return parent_id
+
+
+def parent_to_resume(
+    spec: SweepSpec, out_dir: Path, tracking_uri: str, storage: str | None = None
+) -> str:
+    """The id of the parent run to continue; SweepError when there is nothing to resume.
+    ``storage``: Tune's storage path when not the default ``out_dir/ray``."""
+    root = storage.rstrip("/") if storage else str(out_dir / "ray")
+    experiment_dir = f"{root}/{spec.name}"
+    if not _tune_can_restore(experiment_dir):
+        raise SweepError(
+            f"--resume: nothing to resume in {out_dir}: no saved state of sweep {spec.name!r} "
+            "there (run without --resume to start it)"
+        )
+    saved = out_dir / "spec.yaml"
+    if saved.is_file():
+        difference = first_difference(yaml.safe_load(saved.read_text(encoding="utf-8")), spec.raw)
+        if difference:
+            raise SweepError(
+                f"--resume: {difference} differs from the spec the sweep started with ({saved}); "
+                "resume with the same spec and --set values"
+            )
+    parent = _find_parent(spec.name, out_dir, tracking_uri)
+    if parent.info.status == "FINISHED":
+        raise SweepError(
+            f"--resume: sweep {spec.name!r} in {out_dir} already finished (parent run "
+            f"{parent.info.run_id}); nothing to resume"
+        )
+    return parent.info.run_id
+
+
+def _tune_can_restore(experiment_dir: str | Path) -> bool:
+    """Tune's own check (tuner.pkl) plus, on a local path, a snapshot of the trials: a driver
+    killed before the first snapshot left nothing that names its trials."""
+    local = None if "://" in str(experiment_dir) else Path(experiment_dir)
+    if local is not None and not local.is_dir():
+        return False
+    from ray import tune
+
+    if not tune.Tuner.can_restore(str(experiment_dir)):
+        return False
+    return local is None or any(local.glob("experiment_state-*.json"))
+
+
+def _find_parent(name: str, out_dir: Path, tracking_uri: str):
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(tracking_uri)
+    state = _read_state(out_dir / STATE_FILE)
+    if state.get("parent_run_id"):
+        try:
+            return client.get_run(state["parent_run_id"])
+        except MlflowException:
+            pass  # another store than the first run's: look for the sweep by name
+    experiment = client.get_experiment_by_name(name)
+    runs = []
+    if experiment is not None:
+        runs = client.search_runs(
+            [experiment.experiment_id],
+            filter_string="tags.`sweep.role` = 'parent' and attributes.status != 'FINISHED'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+    if not runs:
+        raise SweepError(
+            f"--resume: no unfinished sweep {name!r} in MLflow at {tracking_uri} "
+            "(use the --tracking-uri of the first run)"
+        )
+    return runs[0]
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def first_difference(old: Any, new: Any, path: str = "") -> str | None:
+    """The first dotted path where two parsed specs differ (``space.model.d_model``), or None."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in list(old) + [k for k in new if k not in old]:
+            where = f"{path}.{key}" if path else str(key)
+            if key not in old or key not in new:
+                return where
+            found = first_difference(old[key], new[key], where)
+            if found:
+                return found
+        return None
+    return None if old == new else (path or "the spec")

@@ -1,0 +1,154 @@
+"""Helpers for the tests that run ``python -m sweeps.run`` as a real process and kill things:
+start a sweep, watch its trials' result files, and read what MLflow ended up holding."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "search_spaces" / "smoke.yaml"
+
+
+def start_sweep(
+    tmp: Path, uri: str, sets: list[str], *, resume: bool = False, spec: Path = SMOKE, log="run"
+) -> subprocess.Popen:
+    """The real command in its own session (so its Ray processes can be told apart)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    args = [sys.executable, "-m", "sweeps.run", str(spec), "--out", str(tmp / "out")]
+    args += ["--tracking-uri", uri, *(f"--set={s}" for s in sets)]
+    if resume:
+        args.append("--resume")
+    out = open(tmp / f"{log}.out", "w")  # noqa: SIM115 -- the process outlives this call
+    err = open(tmp / f"{log}.err", "w")  # noqa: SIM115
+    return subprocess.Popen(args, cwd=tmp, stdout=out, stderr=err, env=env)
+
+
+def result_lines(experiment_dir: Path) -> dict[str, list[dict]]:
+    """Trial directory name -> the results Tune's JSON logger wrote for it (on the driver)."""
+    found = {}
+    for path in sorted(experiment_dir.glob("*/result.json")):
+        lines = []
+        for line in path.read_text().splitlines():
+            try:
+                lines.append(json.loads(line))
+            except ValueError:
+                break  # a line being written
+        found[path.parent.name] = lines
+    return found
+
+
+def wait_until(check: Callable[[], object], timeout_s: float, proc=None, every_s: float = 0.2):
+    """Poll ``check`` until it returns something truthy; None if ``proc`` exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            return None
+        time.sleep(every_s)
+    return None
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def children(uri: str, experiment: str):
+    """(parent runs, child runs) of an experiment."""
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return [], []
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("sweep.role") == "parent"]
+    trials = [r for r in runs if r.data.tags.get("sweep.role") == "trial"]
+    return parents, trials
+
+
+def metric_steps(uri: str, run) -> dict[str, list[int]]:
+    """Every metric of a run -> the steps of its whole history, in logged order."""
+    client = MlflowClient(uri)
+    return {
+        key: [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        for key in run.data.metrics
+    }
+
+
+def assert_no_duplicate_steps(uri: str, runs) -> int:
+    """No (key, step) pair logged twice in any run; returns how many pairs were checked."""
+    checked = 0
+    for run in runs:
+        for key, steps in metric_steps(uri, run).items():
+            assert len(steps) == len(set(steps)), (run.data.tags.get("sweep.trial_id"), key, steps)
+            checked += len(steps)
+    return checked
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_mlflow_server(root: Path, port: int, timeout_s: float = 120) -> subprocess.Popen:
+    """A real ``mlflow server`` on 127.0.0.1:port with its SQLite store and artifacts in root;
+    returns once /health answers. Stop it with ``stop_mlflow_server``."""
+    import urllib.request
+
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    proc = subprocess.Popen(
+        [
+            str(mlflow_bin),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{root / 'server.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "MLFLOW_LOGGING_LEVEL": "WARNING"},
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop_mlflow_server(proc)
+                raise RuntimeError(f"mlflow server did not start ({proc.poll()})") from None
+            time.sleep(0.3)
+
+
+def stop_mlflow_server(proc: subprocess.Popen) -> None:
+    """Stop the server and its workers (its own process group)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)

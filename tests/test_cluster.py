@@ -1,0 +1,333 @@
+"""Sweeps on an existing Ray cluster: a real two-node cluster on this machine, a real job
+submitted through Ray's job API, a real ``mlflow server`` on 127.0.0.1.
+
+The cluster is a head and a worker started with ``ray start`` as separate Ray nodes (separate
+raylets, object stores and temp dirs) on this one machine. Ray advertises this machine's own
+interface address rather than 127.0.0.1 for its nodes; traffic stays on the machine. Both nodes
+see the same local disk, so here a local path IS shared storage, which the sweep is told with
+``--storage-shared``. Token authentication is on, with a token made for the test, as a cluster
+should run. Cleanup stops exactly the processes these nodes started (by session and temp dir),
+never ``ray stop``, which would stop every Ray on the machine.
+
+The KubeRay and Slurm templates cannot run here (no Kubernetes, no Slurm): their test only
+checks that the YAML is a well-formed RayJob and that the batch script parses (``bash -n``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "search_spaces" / "smoke.yaml"
+BIN = Path(sys.executable).parent
+# Two trials of 10 steps each keep the cluster tests short; one trial per node at a time.
+SMALL = ["--set", "base.train.max_steps=10", "--set", "base.train.eval_every=5"]
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _session_pids(sid: int, marker: str) -> set[int]:
+    """Processes of a session we created, or whose command line names our temp dir."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="ignore")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[3]) == sid or marker in cmdline:
+            pids.add(int(entry.name))
+    return pids - {os.getpid()}
+
+
+def _stop(sids: list[int], markers: list[str]) -> None:
+    def alive() -> set[int]:
+        found: set[int] = set()
+        for sid, marker in zip(sids, markers, strict=True):
+            found |= _session_pids(sid, marker)
+        return found
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 4
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.3)
+
+
+class LocalCluster:
+    """A head (with the dashboard, for the job API) and a worker node, both 1 CPU."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port, self.dashboard_port = free_port(), free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+        # Short temp dirs: Ray's socket paths must stay under ~107 characters. One per node, as
+        # on separate machines: nodes sharing a runtime-env folder delete each other's files.
+        self.temp_dirs = [f"/tmp/rayt{self.port}h", f"/tmp/rayt{self.port}w"]
+        self.env = {
+            **os.environ,
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }
+        self.env.pop("RAY_ADDRESS", None)
+        self.env.pop("MLFLOW_TRACKING_URI", None)
+        self.tmp = tmp
+        self.sids: list[int] = []
+
+    def start(self) -> None:
+        common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+        head = ["--head", "--port", str(self.port), "--temp-dir", self.temp_dirs[0]]
+        dashboard = ["--include-dashboard=true", "--dashboard-host", "127.0.0.1"]
+        self._ray_start([*head, *dashboard, "--dashboard-port", str(self.dashboard_port), *common])
+        self._ray_start(["--address", self.address, "--temp-dir", self.temp_dirs[1], *common])
+
+    def _ray_start(self, args: list[str]) -> None:
+        log = self.tmp / f"ray-start-{len(self.sids)}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [str(BIN / "ray"), "start", *args],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self.sids.append(proc.pid)  # its session id: new session, so sid == pid
+            code = proc.wait(timeout=120)
+        assert code == 0, log.read_text()[-3000:]
+
+    def stop(self) -> None:
+        _stop(self.sids, self.temp_dirs)
+
+    def node_ids(self) -> dict[int, str]:
+        """pid -> node id of every trial actor that ran on the cluster (alive or dead)."""
+        code = (
+            "from ray.util.state import list_actors\n"
+            f"acts = list_actors(address={self.dashboard!r}, detail=True, limit=10000,"
+            " filters=[('class_name', '=', 'ImplicitFunc')])\n"
+            "print({a.pid: a.node_id for a in acts})\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=self.env, capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return yaml.safe_load(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cluster")
+    local = LocalCluster(tmp)
+    try:
+        local.start()
+        yield local
+    finally:
+        local.stop()
+    left = set()
+    for sid, marker in zip(local.sids, local.temp_dirs, strict=True):
+        left |= _session_pids(sid, marker)
+    assert not left, f"processes left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real ``mlflow server`` on 127.0.0.1 with a SQLite backend."""
+    tmp = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    command = [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--backend-store-uri", f"sqlite:///{tmp / 'mlflow.db'}", "--workers", "1"]
+    command += ["--artifacts-destination", str(tmp / "artifacts")]
+    proc = subprocess.Popen(
+        command,
+        stdout=(tmp / "server.log").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=tmp,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None, (tmp / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "mlflow server did not start"
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def run_module(module: str, *args: str, env: dict, cwd: Path, timeout: int = 240):
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _children(tracking_uri: str, name: str = "smoke"):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(name)
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    return [r for r in runs if r.data.tags.get("sweep.role") == "trial"]
+
+
+def test_trials_land_on_both_nodes(cluster, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    storage = tmp_path / "storage"
+    result = run_module(
+        "sweeps.run", str(SMOKE), *SMALL, "--address", cluster.address,
+        "--storage", str(storage), "--storage-shared", "--out", str(tmp_path / "out"),
+        "--tracking-uri", uri, env=cluster.env, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    children = _children(uri)
+    assert len(children) == 4
+    assert {c.data.tags["sweep.status"] for c in children} == {"TERMINATED"}
+    # Each trial's result file names the worker process it ran in; Ray's state API says on
+    # which node that process (a Tune trial actor) lived.
+    pids = set()
+    for result_file in (storage / "smoke").glob("*/result.json"):
+        pids |= {yaml.safe_load(line)["pid"] for line in result_file.read_text().splitlines()}
+    assert len(list((storage / "smoke").glob("*/result.json"))) == 4
+    node_of = cluster.node_ids()
+    nodes = {node_of[pid] for pid in pids}
+    print(f"trials ran in {len(pids)} processes on {len(nodes)} nodes: {sorted(nodes)}")
+    assert len(nodes) >= 2
+    assert not (tmp_path / "out" / "smoke" / "ray").exists()  # checkpoints went to --storage
+
+
+def test_node_local_storage_is_refused_before_anything_starts(cluster, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = run_module(
+        "sweeps.run", str(SMOKE), "--address", cluster.address, "--out", str(tmp_path / "out"),
+        "--tracking-uri", uri, env=cluster.env, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --storage: "), result.stderr
+    assert "2 nodes" in lines[0] and "s3://" in lines[0]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
+
+
+def test_unreachable_cluster_is_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    for module, address in (("sweeps.submit", "http://127.0.0.1:1"),):
+        result = run_module(module, str(SMOKE), "--address", address, env=env, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr[-2000:]
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: --address: "), result.stderr
+
+
+def test_submitted_job_lands_in_mlflow_server(cluster, mlflow_server, tmp_path):
+    """sweeps.submit -> Ray job API -> sweeps.run on the head -> a real MLflow server. Beside
+    it runs a job with a mistake only the cluster can see (node-local storage on two nodes),
+    whose exit code 2 must come back as 2."""
+    refused = run_module(
+        "sweeps.submit", str(SMOKE), "--address", cluster.dashboard, "--out",
+        str(tmp_path / "refused"), "--tracking-uri", f"sqlite:///{tmp_path / 'refused.db'}",
+        "--no-wait", env=cluster.env, cwd=tmp_path,
+    )  # fmt: skip
+    assert refused.returncode == 0, refused.stderr[-3000:]
+    refused_id = refused.stdout.strip().splitlines()[-1]
+    result = run_module(
+        "sweeps.submit", str(SMOKE), *SMALL, "--address", cluster.dashboard,
+        "--tracking-uri", mlflow_server, "--storage-shared", "--out", str(tmp_path / "out"),
+        env=cluster.env, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "4/4 done" in result.stdout + result.stderr  # the job's logs streamed here
+    children = _children(mlflow_server)
+    assert len(children) == 4
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert "val/exact_match" in child.data.metrics
+    assert (tmp_path / "out" / "smoke" / "table.md").is_file()
+    code = (
+        "from ray.job_submission import JobSubmissionClient\n"
+        "from sweeps.submit import exit_code, _stream_logs\n"
+        "import asyncio\n"
+        f"client = JobSubmissionClient({cluster.dashboard!r})\n"
+        f"asyncio.run(_stream_logs(client, {refused_id!r}))\n"
+        f"raise SystemExit(exit_code(client, {refused_id!r}))\n"
+    )
+    waited = subprocess.run(
+        [sys.executable, "-c", code], env={**cluster.env, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert waited.returncode == 2, (waited.stdout + waited.stderr)[-3000:]
+    assert "error: --storage: " in waited.stdout
+    assert not (tmp_path / "refused.db").exists()
+
+
+def test_bad_spec_is_refused_before_submitting(cluster, tmp_path):
+    bad = run_module(
+        "sweeps.submit", str(SMOKE), "--set", "sweep.metric=nope", "--address", cluster.dashboard,
+        env=cluster.env, cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.startswith("error: sweep.metric: "), bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_templates_are_well_formed():
+    """Not run: no Kubernetes or Slurm here. The RayJob has what KubeRay reads, its entrypoint
+    is this project's command with a cluster-wide storage, and the Slurm script parses."""
+    deploy = ROOT / "sweeps" / "deploy"
+    job = yaml.safe_load((deploy / "kuberay-rayjob.yaml").read_text())
+    assert job["apiVersion"].startswith("ray.io/") and job["kind"] == "RayJob"
+    spec = job["spec"]
+    entry = spec["entrypoint"]
+    assert entry.startswith("python -m sweeps.run search_spaces/")
+    assert "--address auto" in entry and "--storage" in entry and "--tracking-uri" in entry
+    cluster_spec = spec["rayClusterSpec"]
+    head = cluster_spec["headGroupSpec"]["template"]["spec"]["containers"][0]
+    workers = cluster_spec["workerGroupSpecs"]
+    assert head["image"] and workers and workers[0]["replicas"] >= 1
+    worker = workers[0]["template"]["spec"]["containers"][0]
+    assert "nvidia.com/gpu" in worker["resources"]["limits"]
+    assert (ROOT / entry.split()[3]).is_file()  # the spec it names exists
+    script = deploy / "slurm-sweep.sh"
+    check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    text = script.read_text()
+    assert "#SBATCH" in text and "ray start --head" in text and "python -m sweeps.run" in text

@@ -1,0 +1,178 @@
+"""Faults in a running sweep, with real processes: a trial's worker SIGKILLed, a trial whose
+loss diverges, an MLflow server that is not there at start, and one that goes away mid-sweep."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from sweep_procs import (
+    SMOKE,
+    assert_no_duplicate_steps,
+    children,
+    free_port,
+    kill,
+    metric_steps,
+    result_lines,
+    start_mlflow_server,
+    start_sweep,
+    stop_mlflow_server,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow
+
+STEPS = [0, 10, 20, 30, 40, 50, 60]
+DIVERGING_LR = 1.0e4  # Adam at this rate, unclipped, turns the loss NaN within a few steps
+
+
+def faults_spec(tmp: Path) -> Path:
+    """Three trials: two that train, one that diverges; one retry allowed per trial."""
+    spec = yaml.safe_load(SMOKE.read_text())
+    spec["sweep"].update(name="faults", max_failures=1)
+    spec["base"]["optim"]["grad_clip"] = None
+    spec["base"]["train"]["max_steps"] = 60
+    spec["space"] = {"optim.lr": [3.0e-3, DIVERGING_LR, 1.0e-3]}
+    spec["table"] = {"name": "faults", "rows": ["optim.lr"], "values": ["val/exact_match"]}
+    path = tmp / "faults.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _is_ray_worker(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::")
+    except OSError:
+        return False
+
+
+def test_worker_killed_and_diverging_trial(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment_dir = tmp_path / "out" / "faults" / "ray" / "faults"
+
+    def running_trial_at_step_20():
+        for name, lines in result_lines(experiment_dir).items():
+            last = lines[-1] if lines else {}
+            lr = last.get("config", {}).get("optim.lr")
+            if lr == 3.0e-3 and 20 <= last.get("step", -1) < 60:
+                return name, last["pid"]
+        return None
+
+    proc = start_sweep(tmp_path, uri, [], spec=faults_spec(tmp_path))
+    try:
+        found = wait_until(running_trial_at_step_20, 240, proc, every_s=0.05)
+        assert found, (tmp_path / "run.err").read_text()[-3000:]
+        victim, pid = found
+        assert _is_ray_worker(pid), pid
+        os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    assert proc.returncode == 0, (tmp_path / "run.err").read_text()[-3000:]
+
+    # Retried from its last checkpoint: a new worker, and step 0 (the start) reported only once.
+    lines = result_lines(experiment_dir)[victim]
+    steps = [line["step"] for line in lines if "step" in line and "stopped_reason" not in line]
+    assert steps.count(0) == 1, steps
+    assert {line["pid"] for line in lines} - {pid}, "no retry in a new worker"
+    assert steps[-1] == 60
+
+    parents, runs = children(uri, "faults")
+    assert len(parents) == 1 and len(runs) == 3
+    by_lr = {float(r.data.params["optim.lr"]): r for r in runs}
+    assert len(by_lr) == 3
+    for lr in (3.0e-3, 1.0e-3):
+        run = by_lr[lr]
+        assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
+        assert metric_steps(uri, run)["val/exact_match"] == STEPS
+    diverged = by_lr[DIVERGING_LR]
+    assert diverged.data.tags["sweep.status"] == "DIVERGED"
+    assert diverged.data.tags["sweep.stopped_reason"] == "diverged"
+    assert diverged.data.metrics["steps"] < 60
+    pairs = assert_no_duplicate_steps(uri, runs)
+
+    out = tmp_path / "out" / "faults"
+    trials = pd.read_csv(out / "trials.csv")
+    assert trials.set_index("optim.lr").loc[DIVERGING_LR, "status"] == "DIVERGED"
+    assert sorted(trials["status"]) == ["DIVERGED", "TERMINATED", "TERMINATED"]
+    assert "diverged (non-finite loss): 1 trial" in (out / "table.md").read_text()
+    print(f"\n1 worker kill survived; 3 trials, {pairs} (metric, step) pairs checked")
+
+
+def test_mlflow_unreachable_at_start_is_one_line_within_seconds(tmp_path):
+    port = free_port()  # nothing listens there
+    start = time.monotonic()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sweeps.run",
+            str(SMOKE),
+            "--out",
+            str(tmp_path / "out"),
+            "--tracking-uri",
+            f"http://127.0.0.1:{port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    seconds = time.monotonic() - start
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        f"error: --tracking-uri: cannot reach the MLflow server at http://127.0.0.1:{port}"
+    )
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert seconds < 30, seconds  # the interpreter's imports included, on a loaded machine
+    assert not (tmp_path / "out").exists()  # neither Tune nor a trial started
+    print(f"\nunreachable MLflow: exit 2 after {seconds:.1f} s")
+
+
+def test_mlflow_outage_mid_sweep_loses_no_metric(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWEEPS_MLFLOW_WAIT_S", "180")
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server_root = tmp_path / "server"
+    server_root.mkdir()
+    experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
+
+    def n_results() -> int:
+        return sum(len(lines) for lines in result_lines(experiment_dir).values())
+
+    server = start_mlflow_server(server_root, port)
+    proc = None
+    try:
+        proc = start_sweep(tmp_path, uri, ["base.train.max_steps=60"])
+        assert wait_until(lambda: n_results() >= 1, 240, proc), (tmp_path / "run.err").read_text()
+        stop_mlflow_server(server)
+        down_at = n_results()
+        # Trials keep training while the store is away (28 results in all).
+        assert wait_until(lambda: n_results() >= down_at + 3, 240, proc)
+        during_outage = n_results() - down_at
+        server = start_mlflow_server(server_root, port)  # same port, same store
+        proc.wait(timeout=300)
+        err = (tmp_path / "run.err").read_text()
+        assert proc.returncode == 0, err[-3000:]
+        assert "mlflow unreachable, buffering writes" in err
+        parents, runs = children(uri, "smoke")
+        assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+        assert len(runs) == 4
+        for run in runs:
+            assert run.data.tags["sweep.status"] == "TERMINATED"
+            assert metric_steps(uri, run)["val/exact_match"] == STEPS
+            assert "n_params" in run.data.metrics
+        pairs = assert_no_duplicate_steps(uri, runs)
+    finally:
+        if proc is not None and proc.poll() is None:
+            kill(proc)
+        stop_mlflow_server(server)
+    print(f"\noutage: {during_outage} results while the server was down; {pairs} pairs checked")

@@ -1,0 +1,148 @@
+"""``--resume`` after the driver is SIGKILLed, in the style of Ray Tune's own restore tests.
+
+The smoke sweep runs as a real process; at points drawn by a seeded RNG (each after at least one
+more trial result) the driver is killed with SIGKILL and the sweep resumed with ``--resume``.
+After every kill the progress recorded in MLflow may only grow; at the end MLflow holds one child
+run per trial, no (metric, step) pair twice, every evaluation step, and the table equals the one
+of an uninterrupted run of the same configs and seeds.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+from sweep_procs import (
+    SMOKE,
+    assert_no_duplicate_steps,
+    children,
+    kill,
+    metric_steps,
+    result_lines,
+    start_sweep,
+    wait_until,
+)
+
+from arith.trainer import train
+from sweeps.collect import render_tables
+from sweeps.space import grid_points, resolve_run_config
+from sweeps.spec import load_spec
+
+pytestmark = pytest.mark.slow
+
+SETS = ["base.train.max_steps=60"]
+STEPS = [0, 10, 20, 30, 40, 50, 60]
+KILLS = 2
+# Metrics that are the same in any run of a config and seed (not timings or throughput).
+EXACT = ("val/exact_match", "test/exact_match", "train/exact_match", "train/loss", "n_params")
+
+
+def logged_progress(uri: str) -> set[tuple[str, int]]:
+    """(trial_id, step) pairs of val/exact_match in MLflow: the sweep's recorded progress."""
+    _, runs = children(uri, "smoke")
+    return {
+        (run.data.tags["sweep.trial_id"], step)
+        for run in runs
+        for step in metric_steps(uri, run).get("val/exact_match", [])
+    }
+
+
+def reference_trials() -> pd.DataFrame:
+    """The same trials trained back to back in this process, never interrupted (one torch
+    thread, as in a one-CPU Tune trial)."""
+    spec = load_spec(SMOKE, SETS)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows = []
+    try:
+        for point in grid_points(spec):
+            config = resolve_run_config(spec.base, point, spec.derived)
+            summary = train(config)
+            rows.append({**point, **{k: summary[k] for k in EXACT}, "status": "TERMINATED"})
+    finally:
+        torch.set_num_threads(threads)
+    return pd.DataFrame(rows)
+
+
+def test_driver_killed_at_random_points_then_resumed(tmp_path):
+    rng = random.Random(2024)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
+
+    def n_results() -> int:
+        return sum(len(lines) for lines in result_lines(experiment_dir).values())
+
+    proc = start_sweep(tmp_path, uri, SETS, log="run0")
+    progress: set[tuple[str, int]] = set()
+    kills = 0
+    try:
+        for round_ in range(KILLS):
+            target = n_results() + rng.randint(1, 8)  # at least one more trial result
+            if not wait_until(lambda t=target: n_results() >= t, 240, proc):
+                break  # the sweep finished before this kill point
+            kill(proc)
+            kills += 1
+            now = logged_progress(uri)
+            assert progress <= now, "MLflow lost progress across a driver kill"
+            progress = now
+            proc = start_sweep(tmp_path, uri, SETS, resume=True, log=f"run{round_ + 1}")
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    out = (tmp_path / f"run{kills}.out").read_text()
+    err = (tmp_path / f"run{kills}.err").read_text()
+    assert proc.returncode == 0, err[-3000:]
+    assert kills == KILLS, "the sweep ended before every kill point"
+    assert progress <= logged_progress(uri)
+
+    parents, runs = children(uri, "smoke")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    trial_ids = [r.data.tags["sweep.trial_id"] for r in runs]
+    assert len(trial_ids) == 4 and len(set(trial_ids)) == 4, trial_ids
+    for run in runs:
+        assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
+        assert metric_steps(uri, run)["val/exact_match"] == STEPS
+    pairs = assert_no_duplicate_steps(uri, runs)
+    assert "restored from checkpoints:" in out
+
+    # The table (and the final metrics of every trial) equal an uninterrupted run's.
+    spec = load_spec(SMOKE, SETS)
+    trials = pd.read_csv(tmp_path / "out" / "smoke" / "trials.csv")
+    reference = reference_trials()
+    keys = list(spec.space)
+    merged = trials.merge(reference, on=keys, suffixes=("", "_ref"))
+    assert len(merged) == 4
+    for name in EXACT:
+        # A Ray worker and this process round float32 losses differently in the last bit;
+        # accuracies and counts are exact.
+        expected = merged[f"{name}_ref"].tolist()
+        if name.endswith("loss"):
+            expected = pytest.approx(expected, rel=1e-6)
+        assert merged[name].tolist() == expected, name
+    table = (tmp_path / "out" / "smoke" / "table.md").read_text()
+    assert table == render_tables(reference, spec.tables)
+    redone = next(line for line in out.splitlines() if line.startswith("restored from"))
+    print(f"\n{kills} driver kills survived; 4 trials, {pairs} (metric, step) pairs checked")
+    print(f"last resume: {redone}")
+
+
+def test_resume_with_nothing_to_resume_is_one_line(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = [sys.executable, "-m", "sweeps.run", str(SMOKE), "--out", str(tmp_path / "out")]
+    result = subprocess.run(
+        [*args, "--tracking-uri", uri, "--resume"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: --resume: nothing to resume in ")
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "mlflow.db").exists()  # nothing logged
