@@ -76,23 +76,31 @@ def from_dict(data: dict[str, Any] | None) -> RunConfig:
     return dataconf.from_dict(RunConfig, data or {})
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """A config file's contents as nested dicts (``yaml.safe_load``: specs are data, not code)."""
+def load_yaml(path: str | Path, label: str = "config", allow_empty: bool = True) -> dict[str, Any]:
+    """A YAML file's mapping as nested dicts (``yaml.safe_load``: specs are data, not code).
+
+    Every way a file can be unreadable is a ConfigError under ``label``, never a traceback.
+    """
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as err:
-        raise ConfigError("config", f"cannot read {str(path)!r}: {err.strerror}") from None
+        raise ConfigError(label, f"cannot read {str(path)!r}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(label, f"{path} is not UTF-8 text (byte {err.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError("config", f"{path}{where} is not valid YAML") from None
-    if data is None:
+        raise ConfigError(label, f"{path}{where} is not valid YAML") from None
+    except (ValueError, RecursionError) as err:  # an integer of 4300+ digits; deep nesting
+        reason = str(err).split(";")[0][:120] or type(err).__name__
+        raise ConfigError(label, f"{path} holds a value YAML cannot read: {reason}") from None
+    if data is None and allow_empty:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError("config", f"{path} must hold a mapping, but holds {type(data).__name__}")
+        raise ConfigError(label, f"{path} must hold a mapping, but holds {type(data).__name__}")
     return data
 
 

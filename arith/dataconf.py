@@ -81,6 +81,11 @@ def field_paths(cls: type) -> set[str]:
     return paths
 
 
+def _huge(value: int) -> str:
+    # str() refuses integers past 4300 digits, so describe the size instead of printing it
+    return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+
+
 def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
@@ -129,12 +134,17 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             return value
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) >= 2**63:  # beyond any real count; torch and numpy cannot hold it
+                raise ConfigError(path, f"expected an integer below 2**63, but got {_huge(value)}")
             return value
         if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
             return int(value)  # YAML reads 1e5 as a float
     elif tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:
+                raise ConfigError(path, f"expected a float, but got {_huge(value)}") from None
         if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
             try:
                 return float(value)

@@ -32,6 +32,18 @@ if TYPE_CHECKING:
 
 Report = Callable[[dict[str, Any]], None]
 
+# What ``train`` returns besides the final metrics: sizes, costs and thresholds reached.
+SUMMARY_KEYS = (
+    "n_params",
+    "n_params_non_embedding",
+    "flops_per_token",
+    "steps",
+    "wall_time_s",
+    "best/val/exact_match",
+    "train/steps_to_100pct",
+    "val/steps_to_threshold",
+)
+
 
 @dataclass(frozen=True)
 class TrainConfig:

@@ -23,24 +23,15 @@ from typing import Any, Literal
 import yaml
 
 from arith import dataconf
+from arith.config import load_yaml
 from arith.errors import ConfigError, require
+from arith.trainer import SUMMARY_KEYS
 from sweeps.space import Derived, Dimension, parse_derived, parse_dimension
 
 BLOCKS = ("sweep", "base", "space", "derived", "table")
 # Metrics train() reports only once, at the end: a scheduler or a model-based searcher that
 # decides on intermediate results cannot use them.
 FINAL_ONLY_PREFIXES = ("test/", "ood/", "longer/", "edge/", "best/")
-# Summary values train() returns besides the metrics; tables may show them.
-SUMMARY_COLUMNS = (
-    "n_params",
-    "n_params_non_embedding",
-    "flops_per_token",
-    "steps",
-    "wall_time_s",
-    "best/val/exact_match",
-    "train/steps_to_100pct",
-    "val/steps_to_threshold",
-)
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -129,24 +120,10 @@ def load_spec(path: str | Path, overrides: list[str] = ()) -> SweepSpec:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise SpecError("spec", f"cannot read {str(path)!r}: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise SpecError("spec", f"{path} is not UTF-8 text (byte {err.start})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise SpecError("spec", f"{path}{where} is not valid YAML") from None
-    except (ValueError, RecursionError) as err:  # an integer of 4300+ digits; deep nesting
-        raise SpecError("spec", f"{path} holds a value YAML cannot read: {_short(err)}") from None
-    if not isinstance(data, dict):
-        raise SpecError("spec", f"{path} must hold a mapping, but holds {type(data).__name__}")
-    return data
+        return load_yaml(path, label="spec", allow_empty=False)
+    except ConfigError as err:
+        raise SpecError(err.path, err.message) from None
 
 
 def _short(err: BaseException) -> str:
@@ -302,7 +279,7 @@ def _parse_tables(value: Any, paths: set[str]) -> tuple[Any, ...]:
         for key in ("rows", "columns"):
             for j, path in enumerate(getattr(block, key)):
                 require(
-                    path in paths or path in SUMMARY_COLUMNS,
+                    path in paths or path in SUMMARY_KEYS,
                     f"{where}.{key}[{j}]",
                     f"expected a config path or a summary column, but got {path!r}",
                 )
@@ -360,7 +337,7 @@ def _check_metrics(spec: SweepSpec, metrics: set[str]) -> None:
         where = f"table[{i}]" if isinstance(spec.raw.get("table"), list) else "table"
         for j, value in enumerate(table.values):
             require(
-                value in metrics or value in SUMMARY_COLUMNS,
+                value in metrics or value in SUMMARY_KEYS,
                 f"{where}.values[{j}]",
                 f"{value!r} is never reported for this base config; known: {_some(metrics)}",
             )

@@ -28,17 +28,8 @@ from typing import Any
 import yaml
 from ray.tune import Callback
 
-# Values train() returns in its summary (besides the final metrics) that a child run records.
-SUMMARY_METRICS = (
-    "n_params",
-    "n_params_non_embedding",
-    "flops_per_token",
-    "steps",
-    "wall_time_s",
-    "best/val/exact_match",
-    "train/steps_to_100pct",
-    "val/steps_to_threshold",
-)
+from arith.trainer import SUMMARY_KEYS
+
 # Reported keys without a namespace that are still training metrics (the rest are Tune's own).
 PLAIN_METRICS = ("epoch", "lr")
 _STATUS = {
@@ -426,7 +417,7 @@ class MLflowTracker(Callback):
         summary = {
             k: float(result[k])
             for k in result
-            if (k in SUMMARY_METRICS or k.startswith("best/"))
+            if (k in SUMMARY_KEYS or k.startswith("best/"))
             and isinstance(result[k], int | float)
             and not isinstance(result[k], bool)
         }
@@ -446,7 +437,7 @@ class MLflowTracker(Callback):
         summary: dict[str, float] = {}
         if self.describe is not None:
             sizes = self.describe(self.resolve(trial.config))
-            summary = {k: float(sizes[k]) for k in SUMMARY_METRICS if k in sizes}
+            summary = {k: float(sizes[k]) for k in SUMMARY_KEYS if k in sizes}
         last = trial.last_result or {}
         step = max(state["steps"].values(), default=0)
         if step > 0:

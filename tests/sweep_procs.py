@@ -3,6 +3,7 @@ start a sweep, watch its trials' result files, and read what MLflow ended up hol
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -145,10 +146,11 @@ def start_mlflow_server(root: Path, port: int, timeout_s: float = 120) -> subpro
 
 def stop_mlflow_server(proc: subprocess.Popen) -> None:
     """Stop the server and its workers (its own process group)."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            continue

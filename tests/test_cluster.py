@@ -18,12 +18,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -122,6 +122,8 @@ class LocalCluster:
 
     def stop(self) -> None:
         _stop(self.sids, self.temp_dirs)
+        for temp_dir in self.temp_dirs:  # Ray's session logs; the test's tmp_path keeps its own
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
     def node_ids(self) -> dict[int, str]:
         """pid -> node id of every trial actor that ran on the cluster (alive or dead)."""
@@ -151,44 +153,6 @@ def cluster(tmp_path_factory):
     for sid, marker in zip(local.sids, local.temp_dirs, strict=True):
         left |= _session_pids(sid, marker)
     assert not left, f"processes left behind: {left}"
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """A real ``mlflow server`` on 127.0.0.1 with a SQLite backend."""
-    tmp = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    command = [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--backend-store-uri", f"sqlite:///{tmp / 'mlflow.db'}", "--workers", "1"]
-    command += ["--artifacts-destination", str(tmp / "artifacts")]
-    proc = subprocess.Popen(
-        command,
-        stdout=(tmp / "server.log").open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        cwd=tmp,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None, (tmp / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "mlflow server did not start"
-            time.sleep(0.5)
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def run_module(module: str, *args: str, env: dict, cwd: Path, timeout: int = 240):

@@ -3,17 +3,9 @@
 from __future__ import annotations
 
 import functools
-import os
 import pickle
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import pytest
 from mlflow import MlflowClient
 
 from arith.trainer import describe
@@ -190,56 +182,6 @@ def test_state_round_trip_finds_the_runs_again(tmp_path):
     assert len(runs) == 2
     run_id = tracker.trials["t_0"]["run_id"]
     assert [m.step for m in client.get_metric_history(run_id, "val/exact_match")] == [10, 20]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """A real ``mlflow server`` on 127.0.0.1 with a SQLite backend; stopped after the module."""
-    root = tmp_path_factory.mktemp("server")
-    port = _free_port()
-    mlflow_bin = Path(sys.executable).with_name("mlflow")
-    proc = subprocess.Popen(
-        [
-            str(mlflow_bin),
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            f"sqlite:///{root / 'server.db'}",
-            "--artifacts-destination",
-            str(root / "artifacts"),
-            "--workers",
-            "1",
-        ],
-        cwd=root,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "MLFLOW_LOGGING_LEVEL": "WARNING"},
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"mlflow server did not start (exit code {proc.poll()})")
-                time.sleep(0.5)
-        yield url
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=30)
 
 
 def test_callback_against_a_server(mlflow_server):
