@@ -269,7 +269,7 @@ def build_tuner(
             train_trial,
             base=spec.base,
             derived=spec.derived,
-            checkpoint_every_s=float(os.environ.get("SWEEPS_CHECKPOINT_EVERY_S", "0")),
+            checkpoint_every_s=s.checkpoint_every_s,
         ),
         {"cpu": s.resources.cpu, "gpu": s.resources.gpu},
     )

@@ -81,6 +81,9 @@ class SweepSettings:
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     max_failures: int = 1
     time_budget_s: float | None = None
+    # Seconds between the checkpoints a trial hands Tune (its last report always carries one).
+    # Each costs a copy into storage; 0 checkpoints at every evaluation.
+    checkpoint_every_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,11 @@ def _check_settings(s: SweepSettings) -> None:
     )
     require(s.num_samples >= 1, "sweep.num_samples", f"must be >= 1, but got {s.num_samples}")
     require(s.max_failures >= 0, "sweep.max_failures", f"must be >= 0, but got {s.max_failures}")
+    require(
+        0 <= s.checkpoint_every_s < math.inf,
+        "sweep.checkpoint_every_s",
+        f"must be >= 0, but got {s.checkpoint_every_s}",
+    )
     require(
         s.max_concurrent is None or s.max_concurrent >= 1,
         "sweep.max_concurrent",
