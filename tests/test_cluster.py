@@ -295,3 +295,24 @@ def test_templates_are_well_formed():
     assert check.returncode == 0, check.stderr
     text = script.read_text()
     assert "#SBATCH" in text and "ray start --head" in text and "python -m sweeps.run" in text
+
+
+def test_ray_job_submit_by_hand_runs_the_sweep(cluster, tmp_path):
+    """The README's manual path: Ray's own ``ray job submit --working-dir .`` with the sweep as
+    the entrypoint, no sweeps.submit involved."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    entrypoint = [
+        "python", "-m", "sweeps.run", "search_spaces/smoke.yaml", *SMALL, "--address", "auto",
+        "--storage-shared", "--out", str(tmp_path / "out"), "--tracking-uri", uri,
+    ]  # fmt: skip
+    result = subprocess.run(
+        [str(BIN / "ray"), "job", "submit", "--address", cluster.dashboard, "--working-dir", ".",
+         "--", *entrypoint],
+        cwd=ROOT, env=cluster.env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "succeeded" in result.stdout + result.stderr
+    children = _children(uri)
+    assert len(children) == 4
+    assert {c.data.tags["sweep.status"] for c in children} == {"TERMINATED"}
+    assert (tmp_path / "out" / "smoke" / "table.md").is_file()
