@@ -8,14 +8,13 @@ writer. That keeps SQLite usable as the default store and the bookkeeping in one
   metric; a result's metrics are logged only for keys whose last step is before the result's.
   A trial restored from a checkpoint, or a whole sweep restored after its driver was killed,
   therefore never logs a (key, step) pair twice and never gets a second child run.
-- Writes go through an ordered buffer (``_Outbox``): when the store is unreachable, they wait in
-  order and are retried on later results and, with a bounded wait, at the end of the sweep, so
-  a short outage loses nothing and does not stop the trials.
+- Writes go through an ordered buffer (``sweeps.outbox.Outbox``): when the store is
+  unreachable, they wait in order and are retried on later results and, with a bounded wait,
+  at the end of the sweep, so a short outage loses nothing and does not stop the trials.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import os
 import sys
@@ -29,6 +28,7 @@ import yaml
 from ray.tune import Callback
 
 from arith.trainer import SUMMARY_KEYS
+from sweeps.outbox import Outbox, one_line
 
 # Reported keys without a namespace that are still training metrics (the rest are Tune's own).
 PLAIN_METRICS = ("epoch", "lr")
@@ -68,87 +68,6 @@ def training_metrics(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def is_permanent(err: Exception) -> bool:
-    """A write the store refused (HTTP 4xx: a bad request) rather than one that did not arrive;
-    retrying it would only block the writes behind it."""
-    from mlflow.exceptions import RestException
-
-    if not isinstance(err, RestException):
-        return False
-    code = err.get_http_status_code()
-    return 400 <= code < 500 and code not in (408, 429)
-
-
-class _Outbox:
-    """MLflow writes in order; a write that fails for want of a store waits, with those after it.
-
-    ``send`` runs the waiting writes and then the new one, stopping at the first failure; the
-    next attempt waits ``backoff_s`` so that a dead server costs one refused connection per
-    second, not one per result.
-    """
-
-    def __init__(self, backoff_s: float = 1.0) -> None:
-        self.pending: collections.deque[tuple[str, Callable[[], Any]]] = collections.deque()
-        self.backoff_s = backoff_s
-        self.retry_at = 0.0
-        self.failures = 0  # writes that failed at least once (outage figure)
-        self.dropped: list[str] = []
-        self.last_error = ""
-        self.seconds = 0.0  # spent in writes (the driver's cost of tracking)
-        self.calls = 0
-
-    def send(self, what: str, write: Callable[[], Any]) -> None:
-        self.pending.append((what, write))
-        self.flush()
-
-    def flush(self) -> bool:
-        """Try the waiting writes in order; True when none is left."""
-        if self.pending and time.monotonic() < self.retry_at:
-            return False
-        while self.pending:
-            what, write = self.pending[0]
-            start = time.perf_counter()
-            try:
-                write()
-            except Exception as err:  # any failure of the store waits
-                if is_permanent(err):
-                    self.dropped.append(what)
-                    self.pending.popleft()
-                    print(f"warning: mlflow refused {what}: {_one_line(err)}", file=sys.stderr)
-                    continue
-                if not self.last_error:
-                    print(
-                        f"warning: mlflow unreachable, buffering writes: {_one_line(err)}",
-                        file=sys.stderr,
-                    )
-                self.last_error = _one_line(err)
-                self.failures += 1
-                self.retry_at = time.monotonic() + self.backoff_s
-                return False
-            finally:
-                self.seconds += time.perf_counter() - start
-                self.calls += 1
-            self.pending.popleft()
-        if self.last_error:
-            print("mlflow reachable again: buffered writes delivered", file=sys.stderr)
-            self.last_error = ""
-        return True
-
-    def drain(self, timeout_s: float) -> bool:
-        """Retry until everything is written or ``timeout_s`` has passed."""
-        deadline = time.monotonic() + timeout_s
-        while not self.flush():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(max(0.0, min(self.retry_at - time.monotonic(), 1.0)) or 0.1)
-        return True
-
-
-def _one_line(err: Exception) -> str:
-    text = " ".join(str(getattr(err, "message", None) or err).split())
-    return text if len(text) < 300 else text[:297] + "..."
-
-
 class MLflowTracker(Callback):
     """A Tune callback that records the sweep in MLflow (see the module docstring).
 
@@ -174,7 +93,7 @@ class MLflowTracker(Callback):
         self.trials: dict[str, dict[str, Any]] = {}
         # Work a restored trial did again: steps and training seconds since its checkpoint.
         self.redone = {"trials": 0, "steps": 0, "seconds": 0.0}
-        self.outbox = _Outbox()
+        self.outbox = Outbox()
         self._client = None
         self._experiment: str | None = None
 
@@ -188,7 +107,7 @@ class MLflowTracker(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles callbacks; clients and unsent writes stay behind.
-        return {**self.__dict__, "_client": None, "_experiment": None, "outbox": _Outbox()}
+        return {**self.__dict__, "_client": None, "_experiment": None, "outbox": Outbox()}
 
     @property
     def client(self):
@@ -250,7 +169,7 @@ class MLflowTracker(Callback):
                 self._log_metrics(self.parent_run_id, metrics, 0)
             self.client.set_terminated(self.parent_run_id, status=status)
         except Exception as err:  # the end of a sweep must not raise here
-            print(f"warning: could not end the parent run: {_one_line(err)}", file=sys.stderr)
+            print(f"warning: could not end the parent run: {one_line(err)}", file=sys.stderr)
             return False
         return True
 
