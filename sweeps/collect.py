@@ -75,15 +75,22 @@ def find_parent_run(
         if run.info.experiment_id != experiment.experiment_id:
             raise CollectError(f"run {parent_run_id!r} is not in experiment {experiment_name!r}")
         return run
-    runs = client.search_runs(
-        [experiment.experiment_id],
-        filter_string="tags.`sweep.role` = 'parent'",
-        order_by=["attributes.start_time DESC"],
-        max_results=1,
-    )
-    if not runs:
+    run = newest_parent(client, experiment.experiment_id)
+    if run is None:
         raise CollectError(f"experiment {experiment_name!r} has no sweep parent run")
-    return runs[0]
+    return run
+
+
+def newest_parent(client: MlflowClient, experiment_id: str, unfinished: bool = False) -> Run | None:
+    """The most recently started sweep parent run of an experiment (``unfinished``: of those
+    not FINISHED, which a resumed sweep continues), or None."""
+    query = "tags.`sweep.role` = 'parent'"
+    if unfinished:
+        query += " and attributes.status != 'FINISHED'"
+    runs = client.search_runs(
+        [experiment_id], filter_string=query, order_by=["attributes.start_time DESC"], max_results=1
+    )
+    return runs[0] if runs else None
 
 
 def child_runs(client: MlflowClient, parent: Run) -> list[Run]:

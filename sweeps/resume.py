@@ -130,6 +130,8 @@ def _find_parent(name: str, out_dir: Path, tracking_uri: str):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
+    from sweeps.collect import newest_parent
+
     client = MlflowClient(tracking_uri)
     state = _read_state(out_dir / STATE_FILE)
     if state.get("parent_run_id"):
@@ -138,20 +140,15 @@ def _find_parent(name: str, out_dir: Path, tracking_uri: str):
         except MlflowException:
             pass  # another store than the first run's: look for the sweep by name
     experiment = client.get_experiment_by_name(name)
-    runs = []
+    parent = None
     if experiment is not None:
-        runs = client.search_runs(
-            [experiment.experiment_id],
-            filter_string="tags.`sweep.role` = 'parent' and attributes.status != 'FINISHED'",
-            order_by=["attributes.start_time DESC"],
-            max_results=1,
-        )
-    if not runs:
+        parent = newest_parent(client, experiment.experiment_id, unfinished=True)
+    if parent is None:
         raise SweepError(
             f"--resume: no unfinished sweep {name!r} in MLflow at {tracking_uri} "
             "(use the --tracking-uri of the first run)"
         )
-    return runs[0]
+    return parent
 
 
 def _read_state(path: Path) -> dict[str, Any]:
