@@ -97,6 +97,15 @@ def add(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def sub_abs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``|a - b|`` as digits ``(N, W)`` and whether ``a - b < 0``.  ``0 - 999 -> 999, True``."""
+    digits, negative, _ = sub_abs_borrows(a, b)
+    return digits, negative
+
+
+def sub_abs_borrows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`sub_abs` and the borrow of each column, least-significant first (like :func:`add`).
+
+    ``1000 - 1`` -> digits of 999, False, borrows ``[[1, 1, 1, 0]]``.
+    """
     width = max(a.shape[-1], b.shape[-1])
     a, b = pad_left(a, width), pad_left(b, width)
     # Right-aligned rows compare like strings: the first differing digit decides.
@@ -106,12 +115,14 @@ def sub_abs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     big = np.where(negative[:, None], b, a)[:, ::-1].astype(np.int64)
     small = np.where(negative[:, None], a, b)[:, ::-1].astype(np.int64)
     digits = np.empty_like(big)
+    borrows = np.empty_like(big)
     borrow = np.zeros(len(a), dtype=np.int64)
     for i in range(width):
         t = big[:, i] - small[:, i] - borrow
         borrow = (t < 0).astype(np.int64)
         digits[:, i] = t + 10 * borrow
-    return digits[:, ::-1].astype(np.uint8), negative
+        borrows[:, i] = borrow
+    return digits[:, ::-1].astype(np.uint8), negative, borrows
 
 
 def mul(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -63,6 +63,12 @@ class RunConfig:
             "multiplication or sorting",
         )
 
+        require(
+            not (self.data.carry_size and task != "addition"),
+            "data.carry_size",
+            f"the carry set holds additions, but task.name is {task!r}",
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return dataconf.to_dict(self)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from arith import tasks
+from arith import carries, tasks
 from arith.errors import require
 from arith.formats import Encoded, Format, FormatConfig, build_format
 from arith.tasks import Problems, TaskConfig
@@ -44,6 +44,9 @@ class DataConfig:
     """Problems in the longer-operand set."""
     edge_cases: bool = True
     """Also evaluate on carry edge cases such as ``999999 + 1`` where the task has them."""
+    carry_size: int = 0
+    """Also evaluate on a ``carry`` set of full-width additions with this many problems for each
+    longest carry chain 0..n_digits (arith.carries), none of them a training problem; 0: off."""
     seed: int | None = None
     """Seed of the split and the evaluation sets; ``None`` follows ``train.seed``."""
 
@@ -72,6 +75,7 @@ class DataConfig:
                 f"expected [lo, hi] with 1 <= lo <= hi <= 200, but got {list(lo_hi)}",
             )
         require(self.longer_size >= 1, "data.longer_size", f"must be >= 1, got {self.longer_size}")
+        require(self.carry_size >= 0, "data.carry_size", f"must be >= 0, got {self.carry_size}")
 
 
 @dataclass
@@ -138,10 +142,46 @@ def build_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: i
     if data.longer_n_digits is not None:
         lo, hi = data.longer_n_digits
         dataset.eval_sets["longer"] = tasks.sample(task, data.longer_size, rng, n_digits=(lo, hi))
+    if data.carry_size:
+        dataset.eval_sets["carry"] = _carry_set(dataset, data, rng)
     edge = tasks.edge_cases(task) if data.edge_cases else None
     if edge is not None and len(edge):
         dataset.eval_sets["edge"] = edge
     return dataset
+
+
+def _carry_set(dataset: Dataset, data: DataConfig, rng: np.random.Generator) -> Problems:
+    """``data.carry_size`` held-out additions per longest carry chain 0..k (arith.carries).
+
+    Candidates that are training problems are dropped (the training split of an enumerated
+    space, the keys that hash to training otherwise), so the set never tests memorisation.
+    """
+    task = dataset.task
+    train_keys = None if dataset.train_pool is None else dataset.train_pool.keys()
+    per_chain: dict[int, list[Problems]] = {c: [] for c in range(task.n_digits + 1)}
+    seen: set[int] = set()
+    for _ in range(100):  # a few rounds; each keeps about 70 % or more of its candidates
+        missing = {c: data.carry_size - sum(map(len, ps)) for c, ps in per_chain.items()}
+        if max(missing.values()) <= 0:
+            break
+        batch = tasks.from_operands(
+            task, carries.stratified_operands(task.n_digits, max(missing.values()) * 2, rng)
+        )
+        keys = batch.keys()
+        if tasks.space_size(task) is not None:  # enumerated: the training split is the pool
+            held_out = ~np.isin(keys, train_keys)
+        else:
+            split = split_of(keys, dataset.split_salt, data.val_fraction, data.test_fraction)
+            held_out = split != 0
+        fresh = np.zeros(len(keys), dtype=bool)  # each problem once (small spaces repeat)
+        fresh[np.unique(keys, return_index=True)[1]] = True
+        fresh &= ~np.isin(keys, np.fromiter(seen, np.uint64, len(seen)))
+        chain = carries.longest_chain(batch, ("+",))
+        for c, need in missing.items():
+            rows = np.flatnonzero(held_out & fresh & (chain == c))[: max(need, 0)]
+            per_chain[c].append(batch.take(rows))
+            seen.update(keys[rows].tolist())
+    return Problems.concat([p for parts in per_chain.values() for p in parts])
 
 
 def sample_split(

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from arith import tasks
+from arith import carries, tasks
 from arith.formats import Format
 from arith.model import GPT
 from arith.tasks import Problems
@@ -129,6 +129,7 @@ def _breakdowns(problems: Problems, exact: np.ndarray, fmt: Format) -> dict[str,
             rows = problems.op == index
             if rows.any():
                 out[f"exact_match/{OP_NAMES.get(symbol, symbol)}"] = float(exact[rows].mean())
+    out.update(_carry_breakdown(problems, exact, fmt.task))
     if fmt.task.name in ("addition", "multiplication", "sorting"):
         groups: dict[int, list[bool]] = defaultdict(list)
         longest = problems.operand_len.max(axis=1)
@@ -137,4 +138,43 @@ def _breakdowns(problems: Problems, exact: np.ndarray, fmt: Format) -> dict[str,
         if len(groups) > 1:
             for length, hits in sorted(groups.items()):
                 out[f"exact_match/len_{length}"] = float(np.mean(hits))
+    return out
+
+
+def carry_metric_names(task: tasks.TaskConfig, max_chain: int) -> list[str]:
+    """The carry breakdown keys ``_carry_breakdown`` can report, chains 0..max_chain."""
+    chains = range(max_chain + 1)
+    if task.name == "addition":
+        return [f"exact_match/carry_{c}" for c in chains]
+    if task.name == "multi_op":
+        kinds = [("+", "add", "carry"), ("-", "sub", "borrow")]
+        return [
+            f"exact_match/{op}/{kind}_{c}"
+            for symbol, op, kind in kinds
+            if symbol in task.ops
+            for c in chains
+        ]
+    return []
+
+
+def _carry_breakdown(problems: Problems, exact: np.ndarray, task: tasks.TaskConfig) -> dict:
+    """Exact match by the longest carry chain (``+``) or borrow chain (``-``) of a problem.
+
+    Addition: ``exact_match/carry_<c>``; multi_op: ``exact_match/add/carry_<c>`` and
+    ``exact_match/sub/borrow_<c>``. Other tasks have no carries to count.
+    """
+    if task.name not in ("addition", "multi_op"):
+        return {}
+    symbols = tasks.op_symbols(task)
+    chain = carries.longest_chain(problems, symbols)
+    out: dict[str, float] = {}
+    for index, symbol in enumerate(symbols):
+        if symbol not in ("+", "-"):
+            continue
+        prefix = "exact_match/" if task.name == "addition" else f"exact_match/{OP_NAMES[symbol]}/"
+        kind = "carry" if symbol == "+" else "borrow"
+        rows = problems.op == index
+        for c in np.unique(chain[rows]):
+            hits = exact[rows & (chain == c)]
+            out[f"{prefix}{kind}_{int(c)}"] = float(hits.mean())
     return out

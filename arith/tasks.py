@@ -244,6 +244,15 @@ def sample(
     return _build(task, op, operands, lens)
 
 
+def from_operands(task: TaskConfig, operands: np.ndarray, op: np.ndarray | None = None) -> Problems:
+    """Problems from operand digit arrays ``(N, 2, W)`` (MSB first), answers computed exactly.
+
+    ``op`` indexes op_symbols(task) per row (default: the first operator).
+    """
+    op = np.zeros(len(operands), np.int64) if op is None else op
+    return _build(task, op, operands, _digits.lengths(operands))
+
+
 def enumerate_all(task: TaskConfig) -> Problems:
     """Every problem, ordered by op index, then a, then b (only when space_size(task) is set).
 

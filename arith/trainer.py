@@ -23,7 +23,7 @@ from arith import model as model_lib
 from arith import tasks
 from arith.data import BatchSource, Dataset, build_dataset, sample_split
 from arith.errors import ConfigError, require
-from arith.evaluate import OP_NAMES, evaluate_set
+from arith.evaluate import OP_NAMES, carry_metric_names, evaluate_set
 from arith.formats import FormatConfig, build_format
 from arith.optim import build_optimizer
 
@@ -170,6 +170,8 @@ def reported_metrics(config: RunConfig) -> set[str]:
         sets.append("longer")
     if config.data.edge_cases and tasks.edge_cases(config.task) is not None:
         sets.append("edge")
+    if config.data.carry_size:
+        sets.append("carry")
     for name in sets:
         names |= {f"{name}/exact_match", f"{name}/loss", f"{name}/token_accuracy"}
         if config.format.name == "spaced":
@@ -179,6 +181,9 @@ def reported_metrics(config: RunConfig) -> set[str]:
     if config.task.name in ("multi_op", "modular"):
         for symbol in tasks.op_symbols(config.task):
             names |= {f"{s}/exact_match/{OP_NAMES[symbol]}" for s in sets}
+    longest = max([config.task.n_digits, *(config.data.longer_n_digits or ())])
+    for s in sets:  # by longest carry / borrow chain (arith.carries)
+        names |= {f"{s}/{key}" for key in carry_metric_names(config.task, longest)}
     if config.task.name in ("addition", "multiplication", "sorting"):
         # per longest-operand length, reported where a set has several lengths
         trained = range(1, config.task.n_digits + 1)
