@@ -1,0 +1,210 @@
+"""The findings report: each shipped search space's table, a plot, its measured time and the
+command that made it, next to what its seed document claims.
+
+    python -m sweeps.findings --run                    # run all eight spaces, then write the report
+    python -m sweeps.findings                          # the report from MLflow, for spaces that ran
+    python -m sweeps.findings grokking --run --set sweep.resources.gpu=0.25   # one space, on a GPU
+
+Every figure in ``docs/findings.md`` comes from a run: tables and checks from the trials in
+MLflow, times from the wall clock of ``sweeps.run`` (recorded beside its outputs in
+``findings_run.json``), so on a GPU cluster the same command refreshes it at paper size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from sweeps.claims import CLAIMS, Claim
+from sweeps.collect import (
+    CollectError,
+    find_parent_run,
+    open_client,
+    render_tables,
+    spec_from_parent,
+    trials_from_mlflow,
+)
+from sweeps.plots import plots_for
+from sweeps.tables import default_table_specs, table_specs_from_block
+
+RUN_RECORD = "findings_run.json"
+# The one plot a space's section shows: the first of these the sweep has.
+PLOT_PREFERENCE = ("width_x_depth", "batch_size_x_lr", "exact_match_vs_params", "training_curves")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m sweeps.findings", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "spaces", nargs="*", help=f"spaces to report (default: {', '.join(CLAIMS)})"
+    )
+    parser.add_argument("--run", action="store_true", help="run the spaces first (sweeps.run)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="passed to every sweeps.run (e.g. base.train.max_steps=20000)",
+    )
+    parser.add_argument("--spaces-dir", default="search_spaces", help="where SPACE.yaml lives")
+    parser.add_argument("--results", default="results", help="sweeps.run --out (results/)")
+    parser.add_argument("--tracking-uri", default=None, help="MLflow store (./mlflow.db)")
+    parser.add_argument("--out", default="docs", help="writes OUT/findings.md and OUT/findings/")
+    return parser.parse_args(argv)
+
+
+def machine() -> str:
+    """The hardware a time was measured on, in words."""
+    cores = os.cpu_count() or 0
+    try:
+        import torch
+
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # a report must not fail on a driver problem
+        gpu = None
+    return f"{cores} CPU cores" + (f", {gpu}" if gpu else ", no GPU")
+
+
+def run_space(spec: Path, sweep: str, overrides: list[str], results: Path, uri: str) -> dict:
+    """Run one sweep with ``sweeps.run`` and record its command and wall time."""
+    args = ["-m", "sweeps.run", str(spec), *(a for o in overrides for a in ("--set", o))]
+    args += ["--out", str(results), "--tracking-uri", uri]
+    shown = shlex.join(["python", "-m", "sweeps.run", str(spec), *args[3:-4]])
+    print(f"findings: running {shown}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    code = subprocess.call([sys.executable, *args])
+    record = {
+        "command": shown,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "exit_code": code,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    folder = results / sweep
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RUN_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    if code != 0:
+        raise CollectError(f"{shown} exited with {code}")
+    return record
+
+
+def _parent_id(results: Path, sweep: str) -> str | None:
+    state = results / sweep / "sweep_state.json"
+    if state.is_file():
+        return json.loads(state.read_text(encoding="utf-8")).get("parent_run_id")
+    return None
+
+
+def collect_sweep(sweep: str, results: Path, uri: str) -> tuple[pd.DataFrame, str, dict, object]:
+    """(trials, tables markdown, run record, the section's figure or None) of one sweep."""
+    parent_id = _parent_id(results, sweep)
+    client = open_client(uri)
+    parent = find_parent_run(client, sweep, parent_id)
+    spec = spec_from_parent(client, parent) or {}
+    trials, curves = trials_from_mlflow(uri, sweep, parent.info.run_id)
+    metric = (spec.get("sweep") or {}).get("metric")
+    specs = table_specs_from_block(spec.get("table")) or default_table_specs(trials, metric)
+    record_path = results / sweep / RUN_RECORD
+    if record_path.is_file():
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    else:  # ran without this command: the parent run's own start and end
+        end = parent.info.end_time or parent.info.start_time
+        record = {
+            "command": f"python -m sweeps.run (parent run {parent.info.run_id})",
+            "wall_s": round((end - parent.info.start_time) / 1000, 1),
+            "machine": "not recorded (times from the MLflow parent run)",
+        }
+    figures = plots_for(trials, curves, metric) if not trials.empty else {}
+    figure = next((figures[k] for k in PLOT_PREFERENCE if k in figures), None)
+    return trials, render_tables(trials, specs), record, figure
+
+
+def section(claim: Claim, frames: dict, tables: str, record: dict, plot: str | None) -> str:
+    minutes = record["wall_s"] / 60
+    shows = claim.check(frames)
+    lines = [
+        f"## {claim.space}",
+        "",
+        f"**Seed {claim.seed} claims:** {claim.claim}",
+        "",
+        *(["**What this run shows:**", "", *(f"- {s}" for s in shows), ""] if shows else []),
+        f"Measured: {record['wall_s']:.0f} s ({minutes:.1f} min) on {record['machine']}"
+        + (f", {record['date']}" if "date" in record else "")
+        + ".  ",
+        f"Command: `{record['command']}`",
+        "",
+        tables.replace("\n## ", "\n### ").replace("## ", "### ", 1).rstrip(),
+        "",
+    ]
+    if plot:
+        lines += [f"![{claim.space}]({plot})", ""]
+    return "\n".join(lines)
+
+
+def _generic(space: str) -> Claim:
+    return Claim(space, "-", "no seed claim is registered for this space.", lambda frames: [])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from sweeps.tracking import default_tracking_uri
+
+    uri = args.tracking_uri or default_tracking_uri()
+    results, out = Path(args.results).resolve(), Path(args.out)
+    spaces = args.spaces or list(CLAIMS)
+    plots_dir = out / "findings"
+    sections = []
+    try:
+        for space in spaces:
+            claim = CLAIMS.get(space) or _generic(space)
+            spec = Path(args.spaces_dir) / f"{space}.yaml"
+            if not spec.is_file():
+                raise CollectError(f"space {space!r}: no file {spec}")
+            sweeps = {"main": (space, ())}
+            sweeps |= {name: (name, sets) for name, sets in claim.companions.items()}
+            if args.run:
+                for sweep, sets in sweeps.values():
+                    run_space(spec, sweep, [*args.overrides, *sets], results, uri)
+            frames, parts = {}, []
+            for key, (sweep, _) in sweeps.items():
+                trials, tables, record, figure = collect_sweep(sweep, results, uri)
+                frames[key] = trials
+                parts.append((sweep, tables, record, figure))
+            _, tables, record, figure = parts[0]
+            plot = None
+            if figure is not None:
+                plots_dir.mkdir(parents=True, exist_ok=True)
+                figure.savefig(plots_dir / f"{space}.png", dpi=110)
+                plot = f"findings/{space}.png"
+            for sweep, more_tables, more_record, _ in parts[1:]:
+                tables += (
+                    f"\n\n{sweep} (`{more_record['command']}`, {more_record['wall_s']:.0f} s):"
+                )
+                tables += "\n\n" + more_tables
+            sections.append(section(claim, frames, tables, record, plot))
+    except CollectError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    header = (
+        "# Findings\n\nEach shipped search space at its default size, next to what its seed "
+        "document claims. Generated by `python -m sweeps.findings` from the runs' MLflow "
+        "records; no figure here is typed by hand.\n\n"
+    )
+    (out / "findings.md").write_text(header + "\n".join(sections), encoding="utf-8")
+    print(f"wrote {out / 'findings.md'} ({len(sections)} spaces)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
