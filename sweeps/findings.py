@@ -151,6 +151,21 @@ def section(claim: Claim, frames: dict, tables: str, record: dict, plot: str | N
     return "\n".join(lines)
 
 
+def _has_run(sweep: str, results: Path, uri: str) -> bool:
+    try:
+        find_parent_run(open_client(uri), sweep, _parent_id(results, sweep))
+    except CollectError:
+        return False
+    return True
+
+
+def not_run_section(claim: Claim) -> str:
+    return (
+        f"## {claim.space}\n\n**Seed {claim.seed} claims:** {claim.claim}\n\n"
+        f"_Not run yet: `python -m sweeps.findings {claim.space} --run`._\n"
+    )
+
+
 def _generic(space: str) -> Claim:
     return Claim(space, "-", "no seed claim is registered for this space.", lambda frames: [])
 
@@ -176,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                 for sweep, sets in sweeps.values():
                     run_space(spec, sweep, [*args.overrides, *sets], results, uri)
             frames, parts = {}, []
+            if not args.run and not _has_run(sweeps["main"][0], results, uri):
+                sections.append(not_run_section(claim))
+                continue
             for key, (sweep, _) in sweeps.items():
                 trials, tables, record, figure = collect_sweep(sweep, results, uri)
                 frames[key] = trials
