@@ -112,6 +112,13 @@ def collect_sweep(sweep: str, results: Path, uri: str) -> tuple[pd.DataFrame, st
     parent = find_parent_run(client, sweep, parent_id)
     spec = spec_from_parent(client, parent) or {}
     trials, curves = trials_from_mlflow(uri, sweep, parent.info.run_id)
+    # A trial still RUNNING or PENDING was cut off (the sweep was interrupted): its numbers
+    # are not a result, so the checks and tables leave it out and the section says so.
+    unfinished = trials["status"].isin(["RUNNING", "PENDING"]) if "status" in trials else None
+    left_out = 0 if unfinished is None else int(unfinished.sum())
+    if left_out:
+        trials = trials[~unfinished]
+        curves = curves[curves["trial_id"].isin(trials["trial_id"])] if len(curves) else curves
     metric = (spec.get("sweep") or {}).get("metric")
     specs = table_specs_from_block(spec.get("table")) or default_table_specs(trials, metric)
     record_path = results / sweep / RUN_RECORD
@@ -124,6 +131,7 @@ def collect_sweep(sweep: str, results: Path, uri: str) -> tuple[pd.DataFrame, st
             "wall_s": round((end - parent.info.start_time) / 1000, 1),
             "machine": "not recorded (times from the MLflow parent run)",
         }
+    record = {**record, "unfinished": left_out}
     figures = plots_for(trials, curves, metric) if not trials.empty else {}
     figure = next((figures[k] for k in PLOT_PREFERENCE if k in figures), None)
     return trials, render_tables(trials, specs), record, figure
@@ -143,6 +151,15 @@ def section(claim: Claim, frames: dict, tables: str, record: dict, plot: str | N
         + ".  ",
         f"Command: `{record['command']}`",
         "",
+        *(
+            [
+                f"_{record['unfinished']} trial(s) did not finish (the sweep was interrupted; "
+                "`sweeps.run ... --resume` continues it) and are left out below._",
+                "",
+            ]
+            if record.get("unfinished")
+            else []
+        ),
         tables.replace("\n## ", "\n### ").replace("## ", "### ", 1).rstrip(),
         "",
     ]
