@@ -21,6 +21,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
+from sweeps.convergence import convergence_column
 from sweeps.plots import CURVE_METRICS, plots_for
 from sweeps.tables import (
     TableSpec,
@@ -268,6 +269,7 @@ def write_outputs(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     specs = list(specs) or default_table_specs(trials, metric)
+    trials = with_convergence(trials, curves, metric)
     paths = [out / "trials.csv", out / "table.md"]
     trials.to_csv(paths[0], index=False)
     paths[1].write_text(render_tables(trials, specs), encoding="utf-8")
@@ -285,6 +287,18 @@ def write_outputs(
             figure.savefig(out / f"{stem}.png", dpi=120)
             paths.append(out / f"{stem}.png")
     return paths
+
+
+def with_convergence(
+    trials: pd.DataFrame, curves: pd.DataFrame, metric: str | None = None
+) -> pd.DataFrame:
+    """The trials with a ``convergence`` column (sweeps.convergence) after ``stopped_reason``."""
+    if trials.empty or "convergence" in trials.columns:
+        return trials
+    at = trials.columns.get_loc("stopped_reason") + 1 if "stopped_reason" in trials else 0
+    frame = trials.copy()
+    frame.insert(at, "convergence", convergence_column(trials, curves, metric))
+    return frame
 
 
 def log_outputs_to_parent(client: MlflowClient, parent_run_id: str, paths: Iterable[Path]) -> None:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from sweeps.convergence import BUDGET_KEY, STILL_IMPROVING
+
 AGGREGATES = ("mean_std", "mean", "max", "min", "median")
 # Every value gets all of these; ``n`` counts the trials with a value, ``trials`` all of them.
 STATS = ("mean", "std", "n", "trials", "min", "max", "median")
@@ -36,6 +38,9 @@ _SELECT_KEYS = ("over", "by", "mode")
 MODES = ("min", "max")
 # The stat under which a selected cell's chosen ``over`` value is kept (not one of STATS).
 CHOSEN = "chosen"
+# With a ``convergence`` column in the trials: how many of a cell's trials still improved.
+IMPROVING_COLUMN = ("convergence", STILL_IMPROVING)
+IMPROVING_MARK = " ↑"
 
 
 @dataclass(frozen=True)
@@ -297,6 +302,11 @@ def _grouped_stats(trials: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
         )
         for key in spec.select.over:
             columns[(key, CHOSEN)] = over[key].first()
+    if "convergence" in frame.columns:  # how many of a cell's trials were still improving
+        improving = (frame["convergence"] == STILL_IMPROVING).groupby(
+            [frame[k] for k in keys], dropna=False, sort=True
+        )
+        columns[("convergence", STILL_IMPROVING)] = improving.sum()
     result = pd.DataFrame(columns)
     return result.reindex(cells) if spec.select is not None else result
 
@@ -313,23 +323,26 @@ def build_table(trials: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     """The table as a frame: index = row keys (one ``all`` row when there are none); columns =
     (*column key values, value, stat), so ``table.loc[64, (2, "test/exact_match", "mean")]``."""
     wide = _grouped_stats(trials, spec)
+    stats = _value_stats(spec, wide)
     if spec.columns:
         wide = wide.unstack(list(spec.columns))
         n_keys = len(spec.columns)
         wide = wide.reorder_levels([*range(2, 2 + n_keys), 0, 1], axis=1)
         combos = list(dict.fromkeys(c[:n_keys] for c in wide.columns))
-        order = [(*c, *vs) for c in combos for vs in _value_stats(spec)]
+        order = [(*c, *vs) for c in combos for vs in stats]
         wide = wide[order]
     for column in wide.columns:
-        if column[-1] in ("n", "trials"):
+        if column[-1] in ("n", "trials", STILL_IMPROVING):
             wide[column] = wide[column].fillna(0).astype(int)
     return wide
 
 
-def _value_stats(spec: TableSpec) -> list[tuple[str, str]]:
-    """The (value, stat) columns of one column combination, in order."""
+def _value_stats(spec: TableSpec, wide: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (value, stat) columns of one column combination, in order (``wide``: the grouped
+    stats before any pivot)."""
     chosen = spec.select.over if spec.select is not None else ()
-    return [*((v, s) for v in spec.values for s in STATS), *((k, CHOSEN) for k in chosen)]
+    flags = [IMPROVING_COLUMN] if IMPROVING_COLUMN in wide.columns else []
+    return [*((v, s) for v in spec.values for s in STATS), *((k, CHOSEN) for k in chosen), *flags]
 
 
 def column_combos(table: pd.DataFrame, spec: TableSpec) -> list[tuple]:
@@ -403,18 +416,32 @@ def to_markdown(table: pd.DataFrame, spec: TableSpec) -> str:
         for key in chosen:
             header.append(f"{label} · {key}" if label else key)
     body = []
+    marked = False
     for label, row in table.iterrows():
         keys = label if isinstance(label, tuple) else (label,)
         cells = [format_key(k) for k in keys]
         for combo in combos:
+            flag = (*combo, *IMPROVING_COLUMN)
+            improving = flag in row.index and row[flag] > 0
             for value in spec.values:
                 stats = {s: row[(*combo, value, s)] for s in STATS}
-                cells.append(format_cell(stats, value, spec.aggregate))
+                cell = format_cell(stats, value, spec.aggregate)
+                if improving and cell != MISSING and not is_integer_value(value):
+                    cell += IMPROVING_MARK
+                    marked = True
+                cells.append(cell)
             for key in chosen:
                 pick = row[(*combo, key, CHOSEN)]
                 cells.append(MISSING if _is_missing(pick) else format_key(pick))
         body.append(cells)
-    return render_markdown(header, body, n_left=len(row_names))
+    text = render_markdown(header, body, n_left=len(row_names))
+    return text + "\n\n" + IMPROVING_NOTE if marked else text
+
+
+IMPROVING_NOTE = (
+    f"_↑: a trial of this cell was still improving when training stopped (its monitored metric "
+    f"rose over its last evaluations): the cell is budget-limited; raise {BUDGET_KEY}._"
+)
 
 
 def render_markdown(header: Sequence[str], body: Iterable[Sequence[str]], n_left: int = 1) -> str:
