@@ -14,6 +14,7 @@ one line naming its dotted path and the bad value, e.g.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -96,6 +97,15 @@ class SelectBlock:
 
 
 @dataclass(frozen=True)
+class FitBlock:
+    """A table's ``fit:`` as written; converted to ``sweeps.fits.FitSpec``."""
+
+    x: str
+    y: str
+    law: str = "power"  # checked by FitSpec
+
+
+@dataclass(frozen=True)
 class TableBlock:
     """One ``table:`` entry as written; converted to ``sweeps.tables.TableSpec``."""
 
@@ -105,6 +115,7 @@ class TableBlock:
     values: tuple[str, ...] = ("test/exact_match",)
     aggregate: Literal["mean_std", "mean", "max", "min", "median"] = "mean_std"
     select: SelectBlock | None = None
+    fit: FitBlock | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +299,7 @@ TABLE_FIELDS = ("name", "rows", "columns", "values", "aggregate")
 
 
 def _parse_tables(value: Any, paths: set[str]) -> tuple[Any, ...]:
+    from sweeps.fits import FitSpec
     from sweeps.tables import Selection, TableSpec
 
     if value is None:
@@ -321,6 +333,13 @@ def _parse_tables(value: Any, paths: set[str]) -> tuple[Any, ...]:
                 raise SpecError(f"{where}.select.{key}", message) from None
         else:
             table = TableSpec(*(getattr(block, k) for k in TABLE_FIELDS))
+        if block.fit is not None:
+            try:
+                fit = FitSpec(block.fit.x, block.fit.y, block.fit.law)
+            except ValueError as err:
+                key, _, message = str(err).partition(": ")
+                raise SpecError(f"{where}.fit.{key}", message) from None
+            table = dataclasses.replace(table, fit=fit)
         tables.append(table)
     return tuple(tables)
 
@@ -376,6 +395,12 @@ def _check_metrics(spec: SweepSpec, metrics: set[str]) -> None:
                 f"{where}.values[{j}]",
                 f"{value!r} is never reported for this base config; known: {_some(metrics)}",
             )
+        y = table.fit.y if table.fit is not None else None
+        require(
+            y is None or y in metrics or y in SUMMARY_KEYS,
+            f"{where}.fit.y",
+            f"{y!r} is never reported for this base config; known: {_some(metrics)}",
+        )
         by = table.select.by if table.select is not None else None
         require(
             by is None or by in metrics or by in SUMMARY_KEYS,

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from sweeps.convergence import BUDGET_KEY, STILL_IMPROVING
+from sweeps.fits import FitSpec, fit_spec_from_mapping
 
 AGGREGATES = ("mean_std", "mean", "max", "min", "median")
 # Every value gets all of these; ``n`` counts the trials with a value, ``trials`` all of them.
@@ -33,7 +34,7 @@ PRIMARY_METRICS = ("test/exact_match", "best/val/exact_match", "val/exact_match"
 MISSING = "—"
 # The row label of a table without row keys.
 ALL_LABEL = "all"
-_SPEC_KEYS = ("name", "rows", "columns", "values", "aggregate", "select")
+_SPEC_KEYS = ("name", "rows", "columns", "values", "aggregate", "select", "fit")
 _SELECT_KEYS = ("over", "by", "mode")
 MODES = ("min", "max")
 # The stat under which a selected cell's chosen ``over`` value is kept (not one of STATS).
@@ -91,6 +92,8 @@ class TableSpec:
     """How a cell summarises its group: mean_std | mean | max | min | median."""
     select: Selection | None = None
     """Best-per-cell selection (see the module docstring), or None to report every trial."""
+    fit: FitSpec | None = None
+    """A scaling law fitted to the table's (selected) trials (sweeps.fits), or None."""
 
     def __post_init__(self) -> None:
         # Accept lists (and a lone string) so callers can pass YAML values straight through.
@@ -155,9 +158,16 @@ def _spec_from_mapping(item: object, path: str, index: int) -> TableSpec:
     if not values:
         raise ValueError(f"{path}.values: must not be empty")
     select = _selection_from_mapping(item.get("select"), f"{path}.select")
+    fit = fit_spec_from_mapping(item.get("fit"), f"{path}.fit")
     try:
         return TableSpec(
-            name, tuple(keys["rows"]), tuple(keys["columns"]), tuple(values), aggregate, select
+            name,
+            tuple(keys["rows"]),
+            tuple(keys["columns"]),
+            tuple(values),
+            aggregate,
+            select,
+            fit,
         )
     except ValueError as err:
         sep = "." if str(err).startswith("select.") else ": "
