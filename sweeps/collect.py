@@ -21,12 +21,15 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
+from sweeps.convergence import convergence_column
+from sweeps.fits import fit_power_law, format_fit
 from sweeps.plots import CURVE_METRICS, plots_for
 from sweeps.tables import (
     TableSpec,
     build_table,
     default_table_specs,
     describe,
+    select_trials,
     status_note,
     summarise,
     to_markdown,
@@ -249,11 +252,28 @@ def render_tables(trials: pd.DataFrame, specs: Sequence[TableSpec]) -> str:
             except ValueError as err:
                 # One table the trials cannot fill should not lose the others (or the sweep).
                 body = f"_table not built: {err}_"
+            if spec.fit is not None:
+                body += "\n\n" + fit_note(trials, spec)
             note = status_note(trials, spec)
             if note:  # diverged or errored trials are in the cells; say which they are
                 body += "\n\n" + "  \n".join(f"_{line}_" for line in note.splitlines())
         sections.append(f"## {spec.name}\n\n{describe(spec)}\n\n{body}\n")
     return "\n".join(sections)
+
+
+def fit_note(trials: pd.DataFrame, spec: TableSpec) -> str:
+    """The table's fit (over its selected trials) as a table.md line, or why there is none."""
+    fit = spec.fit
+    try:
+        chosen = select_trials(trials, spec)
+        missing = [k for k in (fit.x, fit.y) if k not in chosen.columns]
+        if missing:
+            raise ValueError(f"fit: the trials have no column {missing[0]!r}")
+        x = pd.to_numeric(chosen[fit.x], errors="coerce").to_numpy()
+        y = pd.to_numeric(chosen[fit.y], errors="coerce").to_numpy()
+        return format_fit(fit_power_law(x, y, x_name=fit.x), fit)
+    except ValueError as err:
+        return f"_fit not made: {err}_"
 
 
 def write_outputs(
@@ -268,6 +288,7 @@ def write_outputs(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     specs = list(specs) or default_table_specs(trials, metric)
+    trials = with_convergence(trials, curves, metric)
     paths = [out / "trials.csv", out / "table.md"]
     trials.to_csv(paths[0], index=False)
     paths[1].write_text(render_tables(trials, specs), encoding="utf-8")
@@ -285,6 +306,18 @@ def write_outputs(
             figure.savefig(out / f"{stem}.png", dpi=120)
             paths.append(out / f"{stem}.png")
     return paths
+
+
+def with_convergence(
+    trials: pd.DataFrame, curves: pd.DataFrame, metric: str | None = None
+) -> pd.DataFrame:
+    """The trials with a ``convergence`` column (sweeps.convergence) after ``stopped_reason``."""
+    if trials.empty or "convergence" in trials.columns:
+        return trials
+    at = trials.columns.get_loc("stopped_reason") + 1 if "stopped_reason" in trials else 0
+    frame = trials.copy()
+    frame.insert(at, "convergence", convergence_column(trials, curves, metric))
+    return frame
 
 
 def log_outputs_to_parent(client: MlflowClient, parent_run_id: str, paths: Iterable[Path]) -> None:

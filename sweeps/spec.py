@@ -14,6 +14,7 @@ one line naming its dotted path and the bad value, e.g.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -87,6 +88,24 @@ class SweepSettings:
 
 
 @dataclass(frozen=True)
+class SelectBlock:
+    """A table's ``select:`` as written; converted to ``sweeps.tables.Selection``."""
+
+    over: tuple[str, ...]
+    by: str
+    mode: str | None = None  # min | max, checked by Selection
+
+
+@dataclass(frozen=True)
+class FitBlock:
+    """A table's ``fit:`` as written; converted to ``sweeps.fits.FitSpec``."""
+
+    x: str
+    y: str
+    law: str = "power"  # checked by FitSpec
+
+
+@dataclass(frozen=True)
 class TableBlock:
     """One ``table:`` entry as written; converted to ``sweeps.tables.TableSpec``."""
 
@@ -95,6 +114,8 @@ class TableBlock:
     columns: tuple[str, ...] = ()
     values: tuple[str, ...] = ("test/exact_match",)
     aggregate: Literal["mean_std", "mean", "max", "min", "median"] = "mean_std"
+    select: SelectBlock | None = None
+    fit: FitBlock | None = None
 
 
 @dataclass(frozen=True)
@@ -274,8 +295,12 @@ def _check_overlap(space: dict, derived: dict, sweep: SweepSettings) -> None:
         )
 
 
+TABLE_FIELDS = ("name", "rows", "columns", "values", "aggregate")
+
+
 def _parse_tables(value: Any, paths: set[str]) -> tuple[Any, ...]:
-    from sweeps.tables import TableSpec
+    from sweeps.fits import FitSpec
+    from sweeps.tables import Selection, TableSpec
 
     if value is None:
         return ()
@@ -292,9 +317,30 @@ def _parse_tables(value: Any, paths: set[str]) -> tuple[Any, ...]:
                     f"expected a config path or a summary column, but got {path!r}",
                 )
         require(len(block.values) > 0, f"{where}.values", "expected at least one metric")
-        tables.append(
-            TableSpec(block.name, block.rows, block.columns, block.values, block.aggregate)
-        )
+        select = block.select
+        if select is not None:
+            for j, path in enumerate(select.over):
+                require(
+                    path in paths or path in SUMMARY_KEYS,
+                    f"{where}.select.over[{j}]",
+                    f"expected a config path or a summary column, but got {path!r}",
+                )
+            try:
+                select = Selection(select.over, select.by, select.mode)
+                table = TableSpec(*(getattr(block, k) for k in TABLE_FIELDS), select)
+            except ValueError as err:
+                key, _, message = str(err).removeprefix("select.").partition(": ")
+                raise SpecError(f"{where}.select.{key}", message) from None
+        else:
+            table = TableSpec(*(getattr(block, k) for k in TABLE_FIELDS))
+        if block.fit is not None:
+            try:
+                fit = FitSpec(block.fit.x, block.fit.y, block.fit.law)
+            except ValueError as err:
+                key, _, message = str(err).partition(": ")
+                raise SpecError(f"{where}.fit.{key}", message) from None
+            table = dataclasses.replace(table, fit=fit)
+        tables.append(table)
     return tuple(tables)
 
 
@@ -349,6 +395,18 @@ def _check_metrics(spec: SweepSpec, metrics: set[str]) -> None:
                 f"{where}.values[{j}]",
                 f"{value!r} is never reported for this base config; known: {_some(metrics)}",
             )
+        y = table.fit.y if table.fit is not None else None
+        require(
+            y is None or y in metrics or y in SUMMARY_KEYS,
+            f"{where}.fit.y",
+            f"{y!r} is never reported for this base config; known: {_some(metrics)}",
+        )
+        by = table.select.by if table.select is not None else None
+        require(
+            by is None or by in metrics or by in SUMMARY_KEYS,
+            f"{where}.select.by",
+            f"{by!r} is never reported for this base config; known: {_some(metrics)}",
+        )
 
 
 def _some(metrics: set[str]) -> str:

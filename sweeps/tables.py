@@ -5,6 +5,12 @@ A table groups the trials by its row and column keys (dotted config paths such a
 trials of a group, i.e. over the seeds and repeats of one configuration. With column keys the
 table is a pivot. A ``mean_std`` cell renders as ``0.912 ± 0.013 (n=3)``; a single trial as
 ``0.912``; a ``steps_to`` value as an integer, or ``—`` when no trial of the group got there.
+
+A ``select`` (best-per-cell selection) first keeps, within each cell (one combination of the row
+and column keys), only the trials of the ``over`` values (e.g. the learning rate) whose ``by``
+metric, averaged over seeds, is best; the cell then reports those trials, and the chosen
+``over`` values appear as extra columns. Selection is on a validation metric; test metrics are
+reported at the choice, never selected on (a ``test/`` ``by`` is refused).
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from sweeps.convergence import BUDGET_KEY, STILL_IMPROVING
+from sweeps.fits import FitSpec, fit_spec_from_mapping
+
 AGGREGATES = ("mean_std", "mean", "max", "min", "median")
 # Every value gets all of these; ``n`` counts the trials with a value, ``trials`` all of them.
 STATS = ("mean", "std", "n", "trials", "min", "max", "median")
@@ -25,7 +34,46 @@ PRIMARY_METRICS = ("test/exact_match", "best/val/exact_match", "val/exact_match"
 MISSING = "—"
 # The row label of a table without row keys.
 ALL_LABEL = "all"
-_SPEC_KEYS = ("name", "rows", "columns", "values", "aggregate")
+_SPEC_KEYS = ("name", "rows", "columns", "values", "aggregate", "select", "fit")
+_SELECT_KEYS = ("over", "by", "mode")
+MODES = ("min", "max")
+# The stat under which a selected cell's chosen ``over`` value is kept (not one of STATS).
+CHOSEN = "chosen"
+# With a ``convergence`` column in the trials: how many of a cell's trials still improved.
+IMPROVING_COLUMN = ("convergence", STILL_IMPROVING)
+IMPROVING_MARK = " ↑"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Best-per-cell selection: keep the ``over`` values whose mean ``by`` is best in a cell."""
+
+    over: tuple[str, ...]
+    """Keys chosen per cell, e.g. ``("optim.lr",)``."""
+    by: str
+    """The metric that decides, averaged over the seeds of each choice; never a test metric."""
+    mode: str | None = None
+    """``min`` or ``max``; None: ``min`` for a metric whose name contains "loss", else ``max``."""
+
+    def __post_init__(self) -> None:
+        over = (self.over,) if isinstance(self.over, str) else tuple(self.over)
+        object.__setattr__(self, "over", over)
+        if not over:
+            raise ValueError("over: must name at least one key, but got []")
+        if not isinstance(self.by, str) or not self.by:
+            raise ValueError(f"by: expected a metric name, but got {self.by!r}")
+        if self.by.startswith("test/"):
+            raise ValueError(
+                f"by: {self.by!r} is a test metric; select on validation (e.g. val/exact_match) "
+                "so that test stays a held-out report"
+            )
+        if self.mode is not None and self.mode not in MODES:
+            raise ValueError(f"mode: must be min or max, but got {self.mode!r}")
+
+    @property
+    def direction(self) -> str:
+        """``min`` or ``max``: the given mode, else from the metric's name."""
+        return self.mode or ("min" if "loss" in self.by else "max")
 
 
 @dataclass(frozen=True)
@@ -42,6 +90,10 @@ class TableSpec:
     """Metric names or summary columns shown in the cells."""
     aggregate: str = "mean_std"
     """How a cell summarises its group: mean_std | mean | max | min | median."""
+    select: Selection | None = None
+    """Best-per-cell selection (see the module docstring), or None to report every trial."""
+    fit: FitSpec | None = None
+    """A scaling law fitted to the table's (selected) trials (sweeps.fits), or None."""
 
     def __post_init__(self) -> None:
         # Accept lists (and a lone string) so callers can pass YAML values straight through.
@@ -57,6 +109,13 @@ class TableSpec:
         shared = sorted(set(self.rows) & set(self.columns))
         if shared:
             raise ValueError(f"table {self.name!r}: {shared[0]!r} is both a row and a column key")
+        if self.select is not None:
+            keyed = sorted(set(self.select.over) & {*self.rows, *self.columns})
+            if keyed:
+                raise ValueError(
+                    f"select.over: {keyed[0]!r} is also a row or column key; a cell can only "
+                    "choose among keys it does not fix"
+                )
 
 
 def table_specs_from_block(block: object) -> list[TableSpec]:
@@ -98,12 +157,39 @@ def _spec_from_mapping(item: object, path: str, index: int) -> TableSpec:
     values = _string_list(item.get("values", ["test/exact_match"]), f"{path}.values")
     if not values:
         raise ValueError(f"{path}.values: must not be empty")
+    select = _selection_from_mapping(item.get("select"), f"{path}.select")
+    fit = fit_spec_from_mapping(item.get("fit"), f"{path}.fit")
     try:
         return TableSpec(
-            name, tuple(keys["rows"]), tuple(keys["columns"]), tuple(values), aggregate
+            name,
+            tuple(keys["rows"]),
+            tuple(keys["columns"]),
+            tuple(values),
+            aggregate,
+            select,
+            fit,
         )
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        sep = "." if str(err).startswith("select.") else ": "
+        raise ValueError(f"{path}{sep}{err}") from None
+
+
+def _selection_from_mapping(item: object, path: str) -> Selection | None:
+    if item is None:
+        return None
+    if not isinstance(item, Mapping):
+        raise ValueError(f"{path}: expected a mapping with over and by, but got {item!r}")
+    unknown = sorted(set(item) - set(_SELECT_KEYS), key=str)
+    if unknown:
+        raise ValueError(f"{path}.{unknown[0]}: unknown key (allowed: {', '.join(_SELECT_KEYS)})")
+    for key in ("over", "by"):
+        if key not in item:
+            raise ValueError(f"{path}.{key}: missing (select needs over and by)")
+    over = _string_list(item["over"], f"{path}.over")
+    try:
+        return Selection(tuple(over), item["by"], item.get("mode"))
+    except ValueError as err:
+        raise ValueError(f"{path}.{err}") from None
 
 
 def _string_list(value: object, path: str) -> list[str]:
@@ -150,26 +236,63 @@ def default_table_specs(
     return specs
 
 
-def _grouped_stats(trials: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
-    """Index: the group keys (a constant "" level first when there are no rows); columns:
-    (value, stat)."""
-    missing = [k for k in (*spec.rows, *spec.columns) if k not in trials.columns]
+def _check_columns(trials: pd.DataFrame, spec: TableSpec) -> None:
+    keys = [*spec.rows, *spec.columns]
+    if spec.select is not None:
+        keys += [*spec.select.over, spec.select.by]
+    missing = [k for k in keys if k not in trials.columns]
     if missing:
         raise ValueError(
             f"table {spec.name!r}: the trials have no column {missing[0]!r} "
             f"(columns: {', '.join(map(str, trials.columns))})"
         )
+
+
+def select_trials(trials: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
+    """The trials a selected table reports: in each cell (row and column keys), those of the
+    ``over`` values with the best mean ``by`` (NaNs skipped; a tie goes to the first value in
+    sorted order). A cell where no choice has a ``by`` value keeps no trial. Without a
+    ``select`` the trials themselves."""
+    sel = spec.select
+    if sel is None:
+        return trials
+    _check_columns(trials, spec)
+    cell_keys = [trials[k] for k in (*spec.rows, *spec.columns)]
+    if cell_keys:
+        cell = trials.groupby(cell_keys, dropna=False, sort=True).ngroup()
+    else:
+        cell = pd.Series(0, index=trials.index)
+    choice = trials.groupby(
+        [*cell_keys, *(trials[k] for k in sel.over)], dropna=False, sort=True
+    ).ngroup()
+    score = pd.to_numeric(trials[sel.by], errors="coerce")
+    frame = pd.DataFrame({"cell": cell, "choice": choice, "score": score})
+    means = frame.groupby(["cell", "choice"])["score"].mean().dropna()
+    if means.empty:
+        return trials.iloc[0:0]
+    by_cell = means.groupby(level="cell")
+    best = by_cell.idxmin() if sel.direction == "min" else by_cell.idxmax()
+    chosen = {c for _, c in best}
+    return trials[choice.isin(chosen)]
+
+
+def _grouped_stats(trials: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
+    """Index: the group keys (a constant "" level first when there are no rows); columns:
+    (value, stat), plus (over key, "chosen") for a selected table."""
+    _check_columns(trials, spec)
     frame = trials.copy()
     row_keys = list(spec.rows)
     if not row_keys:
         frame[""] = ALL_LABEL
         row_keys = [""]
+    keys = [*row_keys, *spec.columns]
+    # Every cell of the trials keeps its row/column even when selection leaves it empty.
+    cells = frame.groupby([frame[k] for k in keys], dropna=False, sort=True).size().index
+    frame = select_trials(frame, spec)
     values = pd.DataFrame(
         {v: pd.to_numeric(frame.get(v), errors="coerce") for v in spec.values}, index=frame.index
     )
-    grouped = values.groupby(
-        [frame[k] for k in (*row_keys, *spec.columns)], dropna=False, sort=True
-    )
+    grouped = values.groupby([frame[k] for k in keys], dropna=False, sort=True)
     per_stat = {
         "mean": grouped.mean(),
         "std": grouped.std(ddof=1),
@@ -183,7 +306,19 @@ def _grouped_stats(trials: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     for value in spec.values:
         for stat in STATS:
             columns[(value, stat)] = sizes if stat == "trials" else per_stat[stat][value]
-    return pd.DataFrame(columns)
+    if spec.select is not None:
+        over = frame[list(spec.select.over)].groupby(
+            [frame[k] for k in keys], dropna=False, sort=True
+        )
+        for key in spec.select.over:
+            columns[(key, CHOSEN)] = over[key].first()
+    if "convergence" in frame.columns:  # how many of a cell's trials were still improving
+        improving = (frame["convergence"] == STILL_IMPROVING).groupby(
+            [frame[k] for k in keys], dropna=False, sort=True
+        )
+        columns[("convergence", STILL_IMPROVING)] = improving.sum()
+    result = pd.DataFrame(columns)
+    return result.reindex(cells) if spec.select is not None else result
 
 
 def summarise(trials: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
@@ -198,17 +333,26 @@ def build_table(trials: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     """The table as a frame: index = row keys (one ``all`` row when there are none); columns =
     (*column key values, value, stat), so ``table.loc[64, (2, "test/exact_match", "mean")]``."""
     wide = _grouped_stats(trials, spec)
+    stats = _value_stats(spec, wide)
     if spec.columns:
         wide = wide.unstack(list(spec.columns))
         n_keys = len(spec.columns)
         wide = wide.reorder_levels([*range(2, 2 + n_keys), 0, 1], axis=1)
         combos = list(dict.fromkeys(c[:n_keys] for c in wide.columns))
-        order = [(*c, v, s) for c in combos for v in spec.values for s in STATS]
+        order = [(*c, *vs) for c in combos for vs in stats]
         wide = wide[order]
     for column in wide.columns:
-        if column[-1] in ("n", "trials"):
+        if column[-1] in ("n", "trials", STILL_IMPROVING):
             wide[column] = wide[column].fillna(0).astype(int)
     return wide
+
+
+def _value_stats(spec: TableSpec, wide: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (value, stat) columns of one column combination, in order (``wide``: the grouped
+    stats before any pivot)."""
+    chosen = spec.select.over if spec.select is not None else ()
+    flags = [IMPROVING_COLUMN] if IMPROVING_COLUMN in wide.columns else []
+    return [*((v, s) for v in spec.values for s in STATS), *((k, CHOSEN) for k in chosen), *flags]
 
 
 def column_combos(table: pd.DataFrame, spec: TableSpec) -> list[tuple]:
@@ -226,6 +370,10 @@ def format_key(value: object) -> str:
     if isinstance(value, float | np.floating):
         return str(int(value)) if float(value).is_integer() else f"{value:g}"
     return str(value)
+
+
+def _is_missing(value: object) -> bool:
+    return value is None or (isinstance(value, float | np.floating) and math.isnan(value))
 
 
 def format_number(x: float, integer: bool = False) -> str:
@@ -266,6 +414,7 @@ def to_markdown(table: pd.DataFrame, spec: TableSpec) -> str:
     """The built table as a GitHub markdown table (no dependency on ``tabulate``)."""
     row_names = list(spec.rows) or [""]
     combos = column_combos(table, spec)
+    chosen = spec.select.over if spec.select is not None else ()
     header = list(row_names)
     for combo in combos:
         label = ", ".join(f"{k}={format_key(v)}" for k, v in zip(spec.columns, combo, strict=True))
@@ -274,16 +423,35 @@ def to_markdown(table: pd.DataFrame, spec: TableSpec) -> str:
                 header.append(value)
             else:
                 header.append(label if len(spec.values) == 1 else f"{label} · {value}")
+        for key in chosen:
+            header.append(f"{label} · {key}" if label else key)
     body = []
+    marked = False
     for label, row in table.iterrows():
         keys = label if isinstance(label, tuple) else (label,)
         cells = [format_key(k) for k in keys]
         for combo in combos:
+            flag = (*combo, *IMPROVING_COLUMN)
+            improving = flag in row.index and row[flag] > 0
             for value in spec.values:
                 stats = {s: row[(*combo, value, s)] for s in STATS}
-                cells.append(format_cell(stats, value, spec.aggregate))
+                cell = format_cell(stats, value, spec.aggregate)
+                if improving and cell != MISSING and not is_integer_value(value):
+                    cell += IMPROVING_MARK
+                    marked = True
+                cells.append(cell)
+            for key in chosen:
+                pick = row[(*combo, key, CHOSEN)]
+                cells.append(MISSING if _is_missing(pick) else format_key(pick))
         body.append(cells)
-    return render_markdown(header, body, n_left=len(row_names))
+    text = render_markdown(header, body, n_left=len(row_names))
+    return text + "\n\n" + IMPROVING_NOTE if marked else text
+
+
+IMPROVING_NOTE = (
+    f"_↑: a trial of this cell was still improving when training stopped (its monitored metric "
+    f"rose over its last evaluations): the cell is budget-limited; raise {BUDGET_KEY}._"
+)
 
 
 def render_markdown(header: Sequence[str], body: Iterable[Sequence[str]], n_left: int = 1) -> str:
@@ -338,4 +506,11 @@ def describe(spec: TableSpec) -> str:
         parts.append(f"rows: {', '.join(spec.rows)}")
     if spec.columns:
         parts.append(f"columns: {', '.join(spec.columns)}")
+    sel = spec.select
+    if sel is not None:
+        parts.append(
+            f"per cell, the {', '.join(sel.over)} with the best mean {sel.by} over seeds "
+            f"({sel.direction}) is selected and shown; selection is on validation, test is "
+            "reported at that choice and never selected on"
+        )
     return "; ".join(parts) + "."

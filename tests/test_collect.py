@@ -215,7 +215,9 @@ def test_table_command_on_a_folder_uses_its_spec_copy(store, tmp_path):
     result = _run_table(str(folder), "--tracking-uri", uri, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("## depth\n")
-    assert "| 2             |            0.838 |" in result.stdout
+    # the fixture's curves end still rising, so the cell may carry the " ↑" convergence mark
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| 2 "))
+    assert row.replace(" ↑", "").replace(" ", "") == "|2|0.838|"
     assert (folder / "table.csv").is_file()
 
 

@@ -1,0 +1,157 @@
+"""Scaling-law fits: ``y = E + A * x^(-alpha)`` fitted to a table's trials (scipy, pure functions).
+
+The fit minimises a Huber loss on log residuals, ``log(E + A x^-alpha) - log(y)``, from several
+starting points (as Hoffmann et al. 2022 and OLMo-core's ladder analysis do), with ``E`` and
+``A`` kept positive by fitting their logs and ``x`` divided by its geometric mean for
+conditioning. The intervals are a residual bootstrap: the fitted curve times resampled
+exp(log residuals), refitted from the best fit, and the 5th and 95th percentiles taken (90 %).
+Fewer than ``MIN_DISTINCT_X`` distinct x values are refused: the law has three parameters.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+LAWS = ("power",)
+MIN_DISTINCT_X = 4
+_FIT_KEYS = ("x", "y", "law")
+HUBER_DELTA = 1e-3
+LEVEL = 0.9
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """A table's ``fit:``: which column is x, which is y, and the law."""
+
+    x: str
+    y: str
+    law: str = "power"
+
+    def __post_init__(self) -> None:
+        for key in ("x", "y"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{key}: expected a column name, but got {value!r}")
+        if self.law not in LAWS:
+            raise ValueError(f"law: must be one of {', '.join(LAWS)}, but got {self.law!r}")
+
+
+def fit_spec_from_mapping(item: object, path: str) -> FitSpec | None:
+    """``fit:`` as written (None when absent); errors are one line naming ``path.<key>``."""
+    if item is None:
+        return None
+    if not isinstance(item, Mapping):
+        raise ValueError(f"{path}: expected a mapping with x and y, but got {item!r}")
+    unknown = sorted(set(item) - set(_FIT_KEYS), key=str)
+    if unknown:
+        raise ValueError(f"{path}.{unknown[0]}: unknown key (allowed: {', '.join(_FIT_KEYS)})")
+    for key in ("x", "y"):
+        if key not in item:
+            raise ValueError(f"{path}.{key}: missing (fit needs x and y)")
+    try:
+        return FitSpec(item["x"], item["y"], item.get("law", "power"))
+    except ValueError as err:
+        raise ValueError(f"{path}.{err}") from None
+
+
+@dataclass(frozen=True)
+class PowerLawFit:
+    """Fitted ``y = E + A * x^(-alpha)`` with bootstrap intervals (lo, hi) per parameter."""
+
+    E: float
+    A: float
+    alpha: float
+    intervals: dict[str, tuple[float, float]]
+    n_points: int
+    n_x: int
+
+    def predict(self, x: np.ndarray | float) -> np.ndarray:
+        return self.E + self.A * np.asarray(x, dtype=float) ** (-self.alpha)
+
+
+def fit_power_law(
+    x: np.ndarray, y: np.ndarray, *, n_boot: int = 200, seed: int = 0, x_name: str = "x"
+) -> PowerLawFit:
+    """Fit the law to the finite points with x > 0 and y > 0; ValueError (one line) when
+    fewer than MIN_DISTINCT_X distinct x values remain."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    x, y = x[keep], y[keep]
+    n_x = len(np.unique(x))
+    if n_x < MIN_DISTINCT_X:
+        raise ValueError(
+            f"fit: {x_name} has {n_x} distinct value(s) with a positive result, but fitting "
+            f"y = E + A*x^(-alpha) needs at least {MIN_DISTINCT_X}"
+        )
+    scale = float(np.exp(np.mean(np.log(x))))
+    u = x / scale
+    best = _best_fit(u, y, _starts(u, y))
+    log_residuals = _residuals(best, u, y)
+    predicted = y * np.exp(log_residuals)  # the fitted curve at each point
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(n_boot):
+        y_star = predicted * np.exp(rng.choice(-log_residuals, size=len(y), replace=True))
+        samples.append(_to_params(_best_fit(u, y_star, [best]), scale))
+    low, high = np.percentile(np.array(samples), [50 * (1 - LEVEL), 50 * (1 + LEVEL)], axis=0)
+    E, A, alpha = _to_params(best, scale)
+    names = ("E", "A", "alpha")
+    intervals = {k: (float(lo), float(hi)) for k, lo, hi in zip(names, low, high, strict=True)}
+    return PowerLawFit(E, A, alpha, intervals, len(y), n_x)
+
+
+def _residuals(theta: np.ndarray, u: np.ndarray, y: np.ndarray) -> np.ndarray:
+    log_e, log_a, alpha = theta
+    return np.log(np.exp(log_e) + np.exp(log_a) * u ** (-alpha)) - np.log(y)
+
+
+def _starts(u: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+    starts = []
+    for frac, alpha in itertools.product((0.01, 0.3, 0.8), (0.1, 0.3, 0.7, 1.5)):
+        e = frac * y.min()
+        a = max(float(np.median(y)) - e, 1e-12)
+        starts.append(np.array([np.log(e), np.log(a), alpha]))
+    return starts
+
+
+def _best_fit(u: np.ndarray, y: np.ndarray, starts: list[np.ndarray]) -> np.ndarray:
+    fits = [
+        least_squares(
+            _residuals,
+            start,
+            args=(u, y),
+            loss="huber",
+            f_scale=HUBER_DELTA,
+            bounds=([-50.0, -50.0, 0.0], [50.0, 50.0, 5.0]),
+        )
+        for start in starts
+    ]
+    return min(fits, key=lambda f: f.cost).x
+
+
+def _to_params(theta: np.ndarray, scale: float) -> tuple[float, float, float]:
+    """(E, A, alpha) in the units of x: A_u * (x/scale)^-alpha = (A_u * scale^alpha) x^-alpha."""
+    log_e, log_a, alpha = (float(t) for t in theta)
+    return float(np.exp(log_e)), float(np.exp(log_a + alpha * np.log(scale))), alpha
+
+
+def format_fit(fit: PowerLawFit, spec: FitSpec) -> str:
+    """The fit as table.md lines: the equation and each parameter with its 90 % interval."""
+    parts = [
+        f"{name} = {value:.4g} [{lo:.4g}, {hi:.4g}]"
+        for name, value, (lo, hi) in (
+            ("E", fit.E, fit.intervals["E"]),
+            ("A", fit.A, fit.intervals["A"]),
+            ("alpha", fit.alpha, fit.intervals["alpha"]),
+        )
+    ]
+    return (
+        f"_fit: {spec.y} = E + A * {spec.x}^(-alpha) over {fit.n_points} trials "
+        f"({fit.n_x} distinct {spec.x}); {'; '.join(parts)} "
+        f"({int(LEVEL * 100)} % bootstrap intervals)_"
+    )

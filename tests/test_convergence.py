@@ -1,0 +1,102 @@
+"""sweeps.convergence on hand-made curves, and its marks in the tables."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from sweeps.collect import with_convergence
+from sweeps.convergence import classify, convergence_column, monitored_metric
+from sweeps.tables import TableSpec, build_table, to_markdown
+
+STEPS = [100, 200, 300, 400, 500, 600]
+FLAT = [0.2, 0.6, 0.9, 0.95, 0.951, 0.952]  # rose early, flat (+0.002) over the last third
+RISING = [0.1, 0.2, 0.3, 0.4, 0.45, 0.509]  # +0.109 over the last three evaluations
+
+
+def _curve(values):
+    return list(zip(STEPS, values, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("history", "status", "reason", "metric", "expected"),
+    [
+        (_curve(FLAT), "TERMINATED", "max_steps", "val/exact_match", "converged"),
+        (_curve(RISING), "TERMINATED", "max_steps", "val/exact_match", "still_improving"),
+        (_curve(RISING), "TERMINATED", "time_budget", "val/exact_match", "still_improving"),
+        # +0.009 over the window: under one percentage point
+        (_curve([0.1, 0.3, 0.5, 0.5, 0.505, 0.509]), None, None, "val/exact_match", "converged"),
+        # falling at the end is not improving
+        (_curve([0.1, 0.5, 0.9, 0.8, 0.7, 0.6]), None, None, "val/exact_match", "converged"),
+        # a loss improves downwards, by more than 2 % of its value at the window's start
+        (_curve([3.0, 2.0, 1.0, 0.5, 0.4, 0.3]), None, None, "val/loss", "still_improving"),
+        (_curve([3.0, 2.0, 1.0, 0.5, 0.499, 0.495]), None, None, "val/loss", "converged"),
+        (_curve(RISING), "DIVERGED", "diverged", "val/exact_match", "diverged"),
+        (_curve([*RISING[:-1], math.nan]), "TERMINATED", None, "val/exact_match", "diverged"),
+        (_curve(RISING), "EARLY_STOPPED", "early_stopping", "val/exact_match", "early_stopped"),
+        (_curve(RISING), "EARLY_STOPPED", "scheduler", "val/exact_match", "early_stopped"),
+        (_curve(RISING), "TERMINATED", "target_reached", "val/exact_match", "converged"),
+        ([], "TERMINATED", "max_steps", "val/exact_match", "unknown"),
+        ([(100, 0.3)], None, None, "val/exact_match", "converged"),
+    ],
+)
+def test_classify_hand_made_curves(history, status, reason, metric, expected):
+    assert classify(history, status, reason, metric=metric) == expected
+
+
+def test_window_is_at_least_the_last_three_evaluations():
+    # 30 evaluations, the last third flat; the rise sits in evaluations 18-20 -> converged.
+    values = [min(0.9, 0.05 * i) for i in range(30)]
+    assert classify(list(enumerate(values)), metric="val/exact_match") == "converged"
+    # Two evaluations: the window is both of them.
+    assert classify([(0, 0.1), (10, 0.5)]) == "still_improving"
+
+
+def _frames():
+    trials = pd.DataFrame(
+        {
+            "trial_id": ["a", "b", "c", "d"],
+            "status": ["TERMINATED", "TERMINATED", "DIVERGED", "TERMINATED"],
+            "stopped_reason": ["max_steps", "max_steps", "diverged", "max_steps"],
+            "model.d_model": [64, 128, 128, 256],
+            "test/exact_match": [0.95, 0.509, 0.0, 0.5],
+        }
+    )
+    records = [
+        *(("a", "val/exact_match", s, v) for s, v in _curve(FLAT)),
+        *(("b", "val/exact_match", s, v) for s, v in _curve(RISING)),
+        *(("c", "val/exact_match", s, v) for s, v in _curve(RISING)),
+        ("a", "test/exact_match", 600, 0.95),
+    ]
+    curves = pd.DataFrame.from_records(records, columns=["trial_id", "metric", "step", "value"])
+    return trials, curves
+
+
+def test_convergence_column_and_monitored_metric():
+    trials, curves = _frames()
+    # test/* is logged once, at the end: its history cannot say anything
+    assert monitored_metric(curves, "test/exact_match") == "val/exact_match"
+    labels = convergence_column(trials, curves, "test/exact_match")
+    assert labels.tolist() == ["converged", "still_improving", "diverged", "unknown"]
+    framed = with_convergence(trials, curves, "test/exact_match")
+    assert list(framed.columns[:4]) == ["trial_id", "status", "stopped_reason", "convergence"]
+
+
+def test_markdown_marks_still_improving_cells_with_a_footnote():
+    trials, curves = _frames()
+    trials = with_convergence(trials, curves)
+    spec = TableSpec(rows=("model.d_model",), values=("test/exact_match",))
+    table = build_table(trials, spec)
+    assert table.loc[128, ("convergence", "still_improving")] == 1
+    text = to_markdown(table, spec)
+    lines = text.splitlines()
+    assert lines[2].endswith("0.950 |") and "↑" not in lines[2]
+    assert lines[3].endswith(" ↑ |")  # 128: b still improving (c diverged), marked
+    assert "raise train.max_steps" in text.splitlines()[-1]
+    pivot = TableSpec(rows=("status",), columns=("model.d_model",), values=("test/exact_match",))
+    text = to_markdown(build_table(trials, pivot), pivot)
+    assert text.count("↑") == 2  # one marked cell + the footnote
+    unmarked = to_markdown(build_table(trials.drop(columns="convergence"), spec), spec)
+    assert "↑" not in unmarked

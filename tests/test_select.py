@@ -1,0 +1,127 @@
+"""Best-per-cell selection (``table.select``) on trials frames built by hand."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from sweeps.tables import (
+    Selection,
+    TableSpec,
+    build_table,
+    describe,
+    select_trials,
+    summarise,
+    table_specs_from_block,
+    to_markdown,
+)
+
+VAL, TEST = "val/exact_match", "test/exact_match"
+# (d_model, lr) whose validation is best; the other lr is worse on validation but better on test,
+# so a table that selected on test would show different numbers.
+BEST_LR = {64: 1e-3, 128: 3e-3}
+
+
+def _trials() -> pd.DataFrame:
+    rows = []
+    for d_model in (64, 128):
+        for n_layer in (1, 2):
+            for lr in (1e-3, 3e-3):
+                for seed in (0, 1):
+                    good = BEST_LR[d_model] == lr
+                    rows.append(
+                        {
+                            "trial_id": f"t{len(rows):02d}",
+                            "model.d_model": d_model,
+                            "model.n_layer": n_layer,
+                            "optim.lr": lr,
+                            "train.seed": seed,
+                            VAL: (0.9 if good else 0.5) + 0.02 * seed,
+                            TEST: (0.8 if good else 0.95) + 0.02 * seed,
+                            "val/loss": (0.1 if good else 0.7) + 0.01 * seed,
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def _spec(**select) -> TableSpec:
+    block = {"rows": ["model.d_model"], "columns": ["model.n_layer"], "values": [TEST]}
+    block["select"] = {"over": ["optim.lr"], "by": VAL, **select}
+    (spec,) = table_specs_from_block(block)
+    return spec
+
+
+def test_selects_best_validation_lr_per_cell_and_reports_its_seeds():
+    spec = _spec()
+    table = build_table(_trials(), spec)
+    for d_model, lr in BEST_LR.items():
+        for n_layer in (1, 2):
+            assert table.loc[d_model, (n_layer, "optim.lr", "chosen")] == lr
+            assert table.loc[d_model, (n_layer, TEST, "mean")] == pytest.approx(0.81)
+            assert table.loc[d_model, (n_layer, TEST, "n")] == 2  # the chosen lr's two seeds
+    chosen = select_trials(_trials(), spec)
+    assert set(zip(chosen["model.d_model"], chosen["optim.lr"], strict=True)) == {
+        (64, 1e-3),
+        (128, 3e-3),
+    }
+
+
+def test_mode_follows_the_metric_name_and_can_be_given():
+    assert Selection(("optim.lr",), "val/loss").direction == "min"
+    assert Selection(("optim.lr",), VAL).direction == "max"
+    # The worst lr on validation loss (mode max) is the other one.
+    table = build_table(_trials(), _spec(by="val/loss", mode="max"))
+    assert table.loc[64, (1, "optim.lr", "chosen")] == 3e-3
+    table = build_table(_trials(), _spec(by="val/loss"))
+    assert table.loc[64, (1, "optim.lr", "chosen")] == 1e-3
+
+
+def test_markdown_shows_the_chosen_value_and_the_caption_says_validation():
+    spec = _spec()
+    text = to_markdown(build_table(_trials(), spec), spec)
+    header, _, first, second = text.splitlines()
+    assert "model.n_layer=1 · optim.lr" in header
+    assert "0.001" in first and "0.003" not in first
+    assert "0.003" in second and "0.810 ± 0.014 (n=2)" in second
+    caption = describe(spec)
+    assert "selection is on validation" in caption and "never selected on" in caption
+    assert "optim.lr:chosen" in summarise(_trials(), spec).columns
+
+
+def test_a_cell_without_any_validation_value_is_missing_not_dropped():
+    trials = _trials()
+    trials.loc[trials["model.d_model"] == 128, VAL] = float("nan")
+    spec = TableSpec(rows=("model.d_model",), values=(TEST,), select=Selection(("optim.lr",), VAL))
+    lines = to_markdown(build_table(trials, spec), spec).splitlines()
+    assert lines[3].replace(" ", "") == "|128|—|—|"
+
+
+def test_without_row_keys_selects_over_everything():
+    spec = TableSpec(values=(TEST,), select=Selection(("optim.lr", "model.d_model"), VAL))
+    table = build_table(_trials(), spec)
+    assert table.loc["all", ("model.d_model", "chosen")] == 64  # tie on mean: first in order
+    assert table.loc["all", (TEST, "n")] == 4
+
+
+@pytest.mark.parametrize(
+    ("select", "message"),
+    [
+        ({"over": ["optim.lr"], "by": TEST}, r"^table\.select\.by: 'test/exact_match' is a test"),
+        ({"over": [], "by": VAL}, r"^table\.select\.over: must name at least one key"),
+        ({"over": ["optim.lr"]}, r"^table\.select\.by: missing"),
+        ({"over": ["optim.lr"], "by": VAL, "mode": "up"}, r"^table\.select\.mode: .*'up'"),
+        ({"over": ["optim.lr"], "by": VAL, "moed": "max"}, r"^table\.select\.moed: unknown key"),
+        ({"over": ["model.d_model"], "by": VAL}, r"^table\.select\.over: 'model\.d_model' is"),
+        ("optim.lr", r"^table\.select: expected a mapping"),
+    ],
+)
+def test_select_errors_name_the_field_and_value(select, message):
+    with pytest.raises(ValueError, match=message) as info:
+        table_specs_from_block({"rows": ["model.d_model"], "select": select})
+    assert "\n" not in str(info.value)
+
+
+def test_missing_select_column_is_a_value_error():
+    spec = TableSpec(rows=("model.d_model",), values=(TEST,), select=Selection(("x.y",), VAL))
+    with pytest.raises(ValueError, match=r"no column 'x\.y'"):
+        build_table(_trials(), spec)
