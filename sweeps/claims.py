@@ -253,7 +253,7 @@ CLAIMS: dict[str, Claim] = {
         ),
         Claim(
             "optuna_lr",
-            "(none: a tool claim)",
+            "none (a tool claim)",
             "Optuna's TPE with ASHA early stopping finds a learning rate as good as a grid "
             "for a fraction of its training steps.",
             _optuna,

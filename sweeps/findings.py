@@ -143,7 +143,7 @@ def section(claim: Claim, frames: dict, tables: str, record: dict, plot: str | N
     lines = [
         f"## {claim.space}",
         "",
-        f"**Seed {claim.seed} claims:** {claim.claim}",
+        f"**Seed {claim.seed}, claimed:** {claim.claim}",
         "",
         *(["**What this run shows:**", "", *(f"- {s}" for s in shows), ""] if shows else []),
         f"Measured: {record['wall_s']:.0f} s ({minutes:.1f} min) on {record['machine']}"
@@ -178,7 +178,7 @@ def _has_run(sweep: str, results: Path, uri: str) -> bool:
 
 def not_run_section(claim: Claim) -> str:
     return (
-        f"## {claim.space}\n\n**Seed {claim.seed} claims:** {claim.claim}\n\n"
+        f"## {claim.space}\n\n**Seed {claim.seed}, claimed:** {claim.claim}\n\n"
         f"_Not run yet: `python -m sweeps.findings {claim.space} --run`._\n"
     )
 
