@@ -41,18 +41,27 @@ class FitSpec:
             raise ValueError(f"law: must be one of {', '.join(LAWS)}, but got {self.law!r}")
 
 
+def check_block(
+    item: object, path: str, allowed: tuple[str, ...], required: tuple[str, str], name: str
+) -> None:
+    """ValueError naming ``path`` (or ``path.<key>``) unless ``item`` is a mapping of ``allowed``
+    keys holding both ``required`` ones (the ``select:`` and ``fit:`` blocks of a table)."""
+    needs = " and ".join(required)
+    if not isinstance(item, Mapping):
+        raise ValueError(f"{path}: expected a mapping with {needs}, but got {item!r}")
+    unknown = sorted(set(item) - set(allowed), key=str)
+    if unknown:
+        raise ValueError(f"{path}.{unknown[0]}: unknown key (allowed: {', '.join(allowed)})")
+    for key in required:
+        if key not in item:
+            raise ValueError(f"{path}.{key}: missing ({name} needs {needs})")
+
+
 def fit_spec_from_mapping(item: object, path: str) -> FitSpec | None:
     """``fit:`` as written (None when absent); errors are one line naming ``path.<key>``."""
     if item is None:
         return None
-    if not isinstance(item, Mapping):
-        raise ValueError(f"{path}: expected a mapping with x and y, but got {item!r}")
-    unknown = sorted(set(item) - set(_FIT_KEYS), key=str)
-    if unknown:
-        raise ValueError(f"{path}.{unknown[0]}: unknown key (allowed: {', '.join(_FIT_KEYS)})")
-    for key in ("x", "y"):
-        if key not in item:
-            raise ValueError(f"{path}.{key}: missing (fit needs x and y)")
+    check_block(item, path, _FIT_KEYS, ("x", "y"), "fit")
     try:
         return FitSpec(item["x"], item["y"], item.get("law", "power"))
     except ValueError as err:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from sweeps.convergence import BUDGET_KEY, STILL_IMPROVING
-from sweeps.fits import FitSpec, fit_spec_from_mapping
+from sweeps.fits import FitSpec, check_block, fit_spec_from_mapping
 
 AGGREGATES = ("mean_std", "mean", "max", "min", "median")
 # Every value gets all of these; ``n`` counts the trials with a value, ``trials`` all of them.
@@ -177,14 +177,7 @@ def _spec_from_mapping(item: object, path: str, index: int) -> TableSpec:
 def _selection_from_mapping(item: object, path: str) -> Selection | None:
     if item is None:
         return None
-    if not isinstance(item, Mapping):
-        raise ValueError(f"{path}: expected a mapping with over and by, but got {item!r}")
-    unknown = sorted(set(item) - set(_SELECT_KEYS), key=str)
-    if unknown:
-        raise ValueError(f"{path}.{unknown[0]}: unknown key (allowed: {', '.join(_SELECT_KEYS)})")
-    for key in ("over", "by"):
-        if key not in item:
-            raise ValueError(f"{path}.{key}: missing (select needs over and by)")
+    check_block(item, path, _SELECT_KEYS, ("over", "by"), "select")
     over = _string_list(item["over"], f"{path}.over")
     try:
         return Selection(tuple(over), item["by"], item.get("mode"))
