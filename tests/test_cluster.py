@@ -103,8 +103,13 @@ class LocalCluster:
         common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
         head = ["--head", "--port", str(self.port), "--temp-dir", self.temp_dirs[0]]
         dashboard = ["--include-dashboard=true", "--dashboard-host", "127.0.0.1"]
+        # Each node's dashboard agent on a free port: the default (52365) may be held by another
+        # Ray on this machine, and then the job API answers "No available agent".
+        head += ["--dashboard-agent-listen-port", str(free_port())]
+        worker = ["--address", self.address, "--temp-dir", self.temp_dirs[1]]
+        worker += ["--dashboard-agent-listen-port", str(free_port())]
         self._ray_start([*head, *dashboard, "--dashboard-port", str(self.dashboard_port), *common])
-        self._ray_start(["--address", self.address, "--temp-dir", self.temp_dirs[1], *common])
+        self._ray_start([*worker, *common])
 
     def _ray_start(self, args: list[str]) -> None:
         log = self.tmp / f"ray-start-{len(self.sids)}.log"
