@@ -8,85 +8,52 @@ name and renamed, so a run killed mid-save leaves the previous checkpoint intact
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
 
+from arith.stopping import LoopState
+
 if TYPE_CHECKING:
-    from arith.config import RunConfig
     from arith.data import BatchSource
-    from arith.trainer import TrainConfig
+    from arith.optim import PackedAdamW
 
 FILE = "checkpoint.pt"
 
 
-@dataclass
-class LoopState:
-    """What the loop knows besides the model: step, early-stopping bookkeeping, thresholds."""
-
-    step: int = 0
-    last_report_step: int = -1
-    best: float | None = None
-    evals_without_improvement: int = 0
-    steps_to_100pct: int | None = None
-    steps_to_threshold: int | None = None
-    elapsed_before: float = 0.0
-    elapsed_at_save: float = 0.0
-
-    def update(self, metrics: dict[str, float], step: int, tc: TrainConfig) -> str | None:
-        """Record an evaluation; the reason to stop, if any."""
-        self.step = step
-        if self.steps_to_100pct is None and metrics.get("train/exact_match", 0.0) >= 1.0:
-            self.steps_to_100pct = step
-        if self.steps_to_threshold is None and metrics.get("val/exact_match", 0.0) >= tc.threshold:
-            self.steps_to_threshold = step
-        value = metrics.get(tc.monitor)
-        if value is None:
-            return None
-        sign = 1.0 if tc.higher_is_better else -1.0
-        if self.best is None or sign * (value - self.best) > tc.min_delta:
-            self.best, self.evals_without_improvement = value, 0
-        else:
-            self.evals_without_improvement += 1
-        if step < tc.min_steps:
-            return None
-        if tc.target is not None and sign * (value - tc.target) >= 0:
-            return "target_reached"
-        if tc.patience is not None and self.evals_without_improvement >= tc.patience:
-            return "early_stopping"
-        return None
-
-
 def save(
     directory: str | Path,
-    config: RunConfig,
+    configs: list[dict[str, Any]],
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    batches: BatchSource,
-    generator: torch.Generator,
-    state: LoopState,
+    optimizer: PackedAdamW,
+    batches: list[BatchSource],
+    generators: list[torch.Generator],
+    states: list[LoopState],
 ) -> Path:
+    """Save a run (or a pack of runs: one entry per member in each list) and return the file.
+
+    ``config`` is the first member's config, so a one-member checkpoint reads as one run.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     payload = {
-        "config": config.to_dict(),
+        "config": configs[0],
+        "configs": configs,
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "batches": batches.state_dict(),
+        "batches": [b.state_dict() for b in batches],
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "generator": generator.get_state(),
-        "loop": asdict(state),
+        "generators": [g.get_state() for g in generators],
+        "loops": [asdict(s) for s in states],
     }
     tmp = directory / (FILE + ".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, directory / FILE)
-    (directory / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    (directory / "config.yaml").write_text(yaml.safe_dump(configs[0], sort_keys=False))
     return directory / FILE
 
 
@@ -100,20 +67,26 @@ def read(directory: str | Path) -> dict[str, Any]:
 def load(
     directory: str | Path,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    batches: BatchSource,
-    generator: torch.Generator,
-) -> LoopState:
+    optimizer: PackedAdamW,
+    batches: list[BatchSource],
+    generators: list[torch.Generator],
+) -> list[LoopState]:
+    """Restore what ``save`` wrote into the given objects; the members' loop states."""
     payload = read(directory)
+    if len(payload["loops"]) != len(batches):
+        raise ValueError(
+            f"checkpoint holds {len(payload['loops'])} member(s), the run has {len(batches)}"
+        )
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
-    scheduler.load_state_dict(payload["scheduler"])
-    batches.load_state_dict(payload["batches"])
+    for source, state in zip(batches, payload["batches"], strict=True):
+        source.load_state_dict(state)
     torch.set_rng_state(payload["torch_rng"])
     if payload["cuda_rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(payload["cuda_rng"])
-    generator.set_state(payload["generator"])
-    state = LoopState(**payload["loop"])
-    state.elapsed_before = state.elapsed_at_save
-    return state
+    for generator, state in zip(generators, payload["generators"], strict=True):
+        generator.set_state(state)
+    states = [LoopState(**loop) for loop in payload["loops"]]
+    for state in states:
+        state.elapsed_before = state.elapsed_at_save
+    return states

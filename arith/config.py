@@ -24,7 +24,7 @@ from arith.formats import FormatConfig
 from arith.model import ModelConfig
 from arith.optim import OptimConfig
 from arith.tasks import TaskConfig
-from arith.trainer import TrainConfig
+from arith.trainconf import TrainConfig
 
 
 @dataclass(frozen=True)

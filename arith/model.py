@@ -1,8 +1,9 @@
 """The one shared model: a GPT-style decoder (pre-LayerNorm, causal attention, MLP).
 
-The forward pass is a pure function of the parameters and the inputs: no state is kept on the
-module between calls (the KV cache is passed in and returned), so ``torch.func.functional_call``
-and ``vmap`` over stacked parameters (packed trials) work on it unchanged.
+Packed trials: one module holds several same-shape models ("members"), every parameter with a
+leading member dimension, linear layers as batched matmuls and attention with the members folded
+into the batch (HFTA, Wang et al. 2021). A single model is the pack of one member. No state is
+kept on the module between calls (the KV cache is passed in and returned).
 
 Position encodings:
 - ``learned``: a table of absolute positions (GPT-2).
@@ -155,19 +156,72 @@ def flops_per_token(cfg: ModelConfig, vocab_size: int, seq_len: int) -> int:
     return 6 * matmul_params + 12 * cfg.n_layer * d * seq_len
 
 
+class MemberLinear(nn.Module):
+    """``members`` independent linear layers as one batched matmul: (M, N, in) -> (M, N, out).
+
+    HFTA (Wang et al., MLSys 2021): same-shape models trained together share one kernel per
+    layer instead of one per model. One member is the ordinary linear layer.
+    """
+
+    def __init__(self, members: int, d_in: int, d_out: int, bias: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(members, d_out, d_in))
+        self.bias = nn.Parameter(torch.zeros(members, d_out)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.bias is None:
+            return torch.bmm(x, self.weight.transpose(1, 2))
+        return torch.baddbmm(self.bias[:, None, :], x, self.weight.transpose(1, 2))
+
+
+class MemberEmbedding(nn.Module):
+    """``members`` lookup tables (M, rows, d); ``idx`` (M, ...) -> (M, ..., d)."""
+
+    def __init__(self, members: int, rows: int, d: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(members, rows, d))
+
+    def forward(self, idx: Tensor) -> Tensor:
+        members, rows, d = self.weight.shape
+        if members == 1:
+            return F.embedding(idx, self.weight[0])
+        # one lookup in the members' tables laid end to end
+        shift = torch.arange(members, device=idx.device) * rows
+        shifted = idx + shift.view(members, *([1] * (idx.dim() - 1)))
+        return F.embedding(shifted, self.weight.view(members * rows, d))
+
+
+class MemberLayerNorm(nn.Module):
+    """LayerNorm with a weight and bias per member; x (M, N, d)."""
+
+    def __init__(self, members: int, d: int, bias: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(members, d))
+        self.bias = nn.Parameter(torch.zeros(members, d)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        d = x.shape[-1]
+        if self.weight.shape[0] == 1:  # the fused kernel with its affine part
+            bias = None if self.bias is None else self.bias[0]
+            return F.layer_norm(x, (d,), self.weight[0], bias)
+        y = F.layer_norm(x, (d,)) * self.weight[:, None, :]
+        return y if self.bias is None else y + self.bias[:, None, :]
+
+
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, members: int) -> None:
         super().__init__()
         self.cfg = cfg
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.qkv = MemberLinear(members, cfg.d_model, 3 * cfg.d_model, cfg.bias)
+        self.proj = MemberLinear(members, cfg.d_model, cfg.d_model, cfg.bias)
 
     def forward(
-        self, x: Tensor, rope: tuple[Tensor, Tensor] | None, cache: KVCache, layer: int
+        self, x: Tensor, rope: tuple[Tensor, Tensor] | None, cache: KVCache, layer: int, T: int
     ) -> Tensor:
-        B, T, C = x.shape
+        M, N, C = x.shape  # members, rows x tokens, channels
+        B = M * N // T  # members folded into the batch: attention never mixes rows
         nh, hs = self.cfg.n_head, self.cfg.head_dim
-        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = self.qkv(x).view(B, T, 3 * C).split(C, dim=2)
         q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, nh, hs).transpose(1, 2)
         v = v.view(B, T, nh, hs).transpose(1, 2)
@@ -183,15 +237,15 @@ class CausalSelfAttention(nn.Module):
         else:  # several new tokens after a cached prefix: causal mask shifted by the prefix
             mask = torch.ones(T, t_past + T, dtype=torch.bool, device=x.device).tril(t_past)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        y = y.transpose(1, 2).contiguous().view(M, N, C)
         return F.dropout(self.proj(y), p, self.training)
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, members: int) -> None:
         super().__init__()
-        self.fc = nn.Linear(cfg.d_model, cfg.hidden, bias=cfg.bias)
-        self.proj = nn.Linear(cfg.hidden, cfg.d_model, bias=cfg.bias)
+        self.fc = MemberLinear(members, cfg.d_model, cfg.hidden, cfg.bias)
+        self.proj = MemberLinear(members, cfg.hidden, cfg.d_model, cfg.bias)
         self.dropout = cfg.dropout
 
     def forward(self, x: Tensor) -> Tensor:
@@ -199,40 +253,51 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, members: int) -> None:
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
-        self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
-        self.mlp = MLP(cfg)
+        self.ln_1 = MemberLayerNorm(members, cfg.d_model, cfg.bias)
+        self.attn = CausalSelfAttention(cfg, members)
+        self.ln_2 = MemberLayerNorm(members, cfg.d_model, cfg.bias)
+        self.mlp = MLP(cfg, members)
 
-    def forward(self, x, rope, cache: KVCache, layer: int):
-        x = x + self.attn(self.ln_1(x), rope, cache, layer)
+    def forward(self, x, rope, cache: KVCache, layer: int, T: int):
+        x = x + self.attn(self.ln_1(x), rope, cache, layer, T)
         return x + self.mlp(self.ln_2(x))
 
 
 class GPT(nn.Module):
-    """Decoder over a fixed vocabulary; ``digit_ids`` marks the tokens Abacus positions count."""
+    """Decoder over a fixed vocabulary; ``digit_ids`` marks the tokens Abacus positions count.
+
+    ``members`` same-shape models live in one module (packed trials): every parameter has a
+    leading member dimension, and the batch holds ``members`` equal blocks of rows, member 0's
+    first. One member is the ordinary model; there is no other.
+    """
 
     def __init__(
-        self, cfg: ModelConfig, vocab_size: int, max_seq_len: int, digit_ids: tuple[int, ...] = ()
+        self,
+        cfg: ModelConfig,
+        vocab_size: int,
+        max_seq_len: int,
+        digit_ids: tuple[int, ...] = (),
+        members: int = 1,
     ) -> None:
         super().__init__()
         self.cfg, self.vocab_size, self.max_seq_len = cfg, vocab_size, max_seq_len
-        self.wte = nn.Embedding(vocab_size, cfg.d_model)
+        self.members = members
+        M, d = members, cfg.d_model
+        self.wte = MemberEmbedding(M, vocab_size, d)
         if cfg.position == "learned":
-            self.wpe = nn.Embedding(max_seq_len, cfg.d_model)
+            self.wpe = MemberEmbedding(M, max_seq_len, d)
         elif cfg.position == "abacus":
             # index 0 is "not a digit"; digits use 1..abacus_max_k
-            self.abacus = nn.Embedding(cfg.abacus_max_k + 1, cfg.d_model)
+            self.abacus = MemberEmbedding(M, cfg.abacus_max_k + 1, d)
         is_digit = torch.zeros(vocab_size, dtype=torch.bool)
         is_digit[list(digit_ids)] = True
         self.register_buffer("is_digit", is_digit, persistent=False)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
-        self.lm_head = nn.Linear(cfg.d_model, vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            self.lm_head.weight = self.wte.weight
+        self.blocks = nn.ModuleList(Block(cfg, M) for _ in range(cfg.n_layer))
+        self.ln_f = MemberLayerNorm(M, d, cfg.bias)
+        # tied: the output projection reads wte's table (GPT-2)
+        self.lm_head = None if cfg.tie_embeddings else MemberLinear(M, d, vocab_size, bias=False)
         self.apply(self._init_weights)
         # GPT-2: scale residual projections by 1/sqrt(2 * n_layer)
         for name, p in self.named_parameters():
@@ -240,10 +305,39 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, cfg.init_std / math.sqrt(2 * cfg.n_layer))
 
     def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, nn.Linear | nn.Embedding):
+        if isinstance(module, MemberLinear | MemberEmbedding):
             nn.init.normal_(module.weight, 0.0, self.cfg.init_std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
+        if isinstance(module, MemberLinear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+
+    @classmethod
+    def stack(cls, models: list[GPT]) -> GPT:
+        """One packed module holding ``models`` (each of one member) as its members, in order.
+
+        Each member keeps the initialisation its own seed gave it; one model is returned as is.
+        """
+        if len(models) == 1:
+            return models[0]
+        first = models[0]
+        with torch.random.fork_rng(devices=[]):  # building must not move the members' RNG
+            packed = cls(first.cfg, first.vocab_size, first.max_seq_len, members=len(models))
+        packed.is_digit = first.is_digit.clone()
+        with torch.no_grad():
+            for name, p in packed.named_parameters():
+                p.copy_(torch.cat([m.get_parameter(name) for m in models]))
+        return packed.to(first.is_digit.device)
+
+    def member(self, i: int) -> GPT:
+        """Member ``i`` as a one-member model whose parameters are views of this one's."""
+        if self.members == 1:
+            return self
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            view = GPT(self.cfg, self.vocab_size, self.max_seq_len)
+        view.is_digit = self.is_digit
+        for name, p in self.named_parameters():
+            owner, _, leaf = name.rpartition(".")
+            setattr(view.get_submodule(owner), leaf, nn.Parameter(p.detach()[i : i + 1]))
+        return view.train(self.training)
 
     def forward(
         self,
@@ -254,30 +348,34 @@ class GPT(nn.Module):
     ) -> tuple[Tensor, KVCache]:
         """Logits (B, T, vocab) for tokens ``idx`` (B, T) following the cached prefix, if any.
 
+        With several members, rows ``i*B/M .. (i+1)*B/M`` belong to member ``i``.
         ``abacus_offset`` (B,) shifts digit indices during training; evaluation passes ``None``.
         ``reserve`` preallocates cache room for that many tokens after ``idx`` (decoding).
         """
         B, T = idx.shape
+        M, C = self.members, self.cfg.d_model
         cache = cache if cache is not None else KVCache(reserve=reserve)
         t_past = cache.length
         prev_run = cache.digit_run if cache.digit_run is not None else idx.new_zeros(B)
-        x = self.wte(idx)
+        x = self.wte(idx.view(M, B // M, T))  # (M, B/M, T, C)
         positions = torch.arange(t_past, t_past + T, device=idx.device)
         rope = None
         run = _digit_run_index(self.is_digit[idx], prev_run)
         if self.cfg.position == "learned":
-            x = x + self.wpe(positions)
+            x = x + self.wpe(positions.expand(M, T))[:, None]
         elif self.cfg.position == "rope":
             rope = _rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
         elif self.cfg.position == "abacus":
             index = run if abacus_offset is None else run + (run > 0) * abacus_offset[:, None]
-            x = x + self.abacus(index.clamp(max=self.cfg.abacus_max_k))
-        x = F.dropout(x, self.cfg.dropout, self.training)
+            x = x + self.abacus(index.clamp(max=self.cfg.abacus_max_k).view(M, B // M, T))
+        x = F.dropout(x, self.cfg.dropout, self.training).view(M, B // M * T, C)
         for layer, block in enumerate(self.blocks):
-            x = block(x, rope, cache, layer)
+            x = block(x, rope, cache, layer, T)
         cache.length += T
         cache.digit_run = run[:, -1]
-        return self.lm_head(self.ln_f(x)), cache
+        x = self.ln_f(x)
+        head = self.wte.weight if self.lm_head is None else self.lm_head.weight
+        return torch.bmm(x, head.transpose(1, 2)).view(B, T, self.vocab_size), cache
 
 
 def _digit_run_index(is_digit: Tensor, prev_run: Tensor) -> Tensor:

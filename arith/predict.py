@@ -28,7 +28,8 @@ def load_model(path: str | Path) -> tuple[GPT, object]:
     payload = ckpt.read(path)
     config = config_lib.from_dict(payload["config"])
     fmt = build_format(config.format, config.task)
-    max_seq_len = payload["model"]["wpe.weight"].shape[0] if "wpe.weight" in payload["model"] else 0
+    weights = payload["model"]
+    max_seq_len = weights["wpe.weight"].shape[-2] if "wpe.weight" in weights else 0
     model = GPT(config.model, len(fmt.vocab), max(max_seq_len, fmt.max_seq_len()), fmt.digit_ids)
     model.load_state_dict(payload["model"])
     return model.eval(), fmt

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,12 +25,16 @@ from arith.data import BatchSource, Dataset, build_dataset, sample_split
 from arith.errors import ConfigError, require
 from arith.evaluate import OP_NAMES, carry_metric_names, evaluate_set
 from arith.formats import FormatConfig, build_format
-from arith.optim import build_optimizer
+from arith.optim import PackedAdamW
+from arith.stopping import LoopState
+from arith.trainconf import TrainConfig
 
 if TYPE_CHECKING:
     from arith.config import RunConfig
 
 Report = Callable[[dict[str, Any]], None]
+PackReport = Callable[[int, dict[str, Any]], None]
+"""``report(member, metrics)``: a pack's reports, each naming the member (0-based) it is about."""
 
 # What ``train`` returns besides the final metrics: sizes, costs and thresholds reached.
 SUMMARY_KEYS = (
@@ -43,82 +47,6 @@ SUMMARY_KEYS = (
     "train/steps_to_100pct",
     "val/steps_to_threshold",
 )
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """How long and how one run trains, and when it stops."""
-
-    seed: int = 0
-    """Seeds the model's initialisation, batches, dropout and (unless data.seed) the split."""
-    batch_size: int = 256
-    """Problems per optimisation step."""
-    max_steps: int = 2000
-    """Optimisation steps (ignored when ``epochs`` is set)."""
-    epochs: float | None = None
-    """Passes over a fixed training set instead of ``max_steps``."""
-    eval_every: int = 250
-    """Steps between evaluations (and reports and checkpoints)."""
-    train_eval_size: int = 512
-    """Training problems decoded at each evaluation for ``train/exact_match``."""
-    monitor: str = "val/exact_match"
-    """Metric for early stopping, ``target`` and the best checkpoint; higher is better unless it
-    is a loss."""
-    patience: int | None = None
-    """Stop after this many evaluations without improvement of ``monitor``; ``None``: never."""
-    min_delta: float = 0.0
-    """Smallest change of ``monitor`` that counts as an improvement."""
-    target: float | None = None
-    """Stop once ``monitor`` reaches this (seed 004 stops at 0.99 exact match)."""
-    min_steps: int = 0
-    """No early stop (patience or target) before this step."""
-    threshold: float = 0.95
-    """Validation exact match ``val/steps_to_threshold`` waits for (seed 003 groks at 95 %)."""
-    device: str = "auto"
-    """``auto`` (CUDA, then MPS, then CPU), or a torch device string."""
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """``auto``: bf16 autocast on CUDA devices that support it, fp32 elsewhere."""
-    compile: bool = False
-    """``torch.compile`` the training forward pass."""
-    time_budget_s: float | None = None
-    """Stop training after this many seconds (then evaluate and return)."""
-    peak_flops: float | None = None
-    """Device peak FLOP/s for ``perf/mfu``; ``None``: a known GPU's peak, else no MFU."""
-
-    def __post_init__(self) -> None:
-        require(self.batch_size >= 1, "train.batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.max_steps >= 1, "train.max_steps", f"must be >= 1, got {self.max_steps}")
-        require(
-            self.epochs is None or self.epochs > 0,
-            "train.epochs",
-            f"must be > 0, got {self.epochs}",
-        )
-        require(self.eval_every >= 1, "train.eval_every", f"must be >= 1, got {self.eval_every}")
-        require(
-            self.train_eval_size >= 1,
-            "train.train_eval_size",
-            f"must be >= 1, got {self.train_eval_size}",
-        )
-        require(
-            self.patience is None or self.patience >= 1,
-            "train.patience",
-            f"must be >= 1 or null, got {self.patience}",
-        )
-        require(self.min_steps >= 0, "train.min_steps", f"must be >= 0, got {self.min_steps}")
-        require(
-            self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"),
-            "train.device",
-            f"expected auto, cpu, cuda, cuda:N or mps, but got {self.device!r}",
-        )
-        require(
-            self.time_budget_s is None or self.time_budget_s > 0,
-            "train.time_budget_s",
-            f"must be > 0 or null, got {self.time_budget_s}",
-        )
-
-    @property
-    def higher_is_better(self) -> bool:
-        return "loss" not in self.monitor
 
 
 def pick_device(name: str) -> torch.device:
@@ -221,6 +149,99 @@ class _Throughput:
         return out
 
 
+# What may differ between the members of a pack: everything else fixes the shapes of the
+# stacked parameters and batches (model shape, task, format, data sizes, batch size) or is one
+# setting of the shared process (device, precision, compile). Dropout is shared too: the
+# members draw their masks from one RNG, so a member would not match its run alone.
+PACK_FREE = (
+    "optim.",
+    "model.init_std",
+    "data.seed",
+    "train.seed",
+    "train.max_steps",
+    "train.epochs",
+    "train.eval_every",
+    "train.train_eval_size",
+    "train.monitor",
+    "train.patience",
+    "train.min_delta",
+    "train.target",
+    "train.min_steps",
+    "train.threshold",
+    "train.time_budget_s",
+)
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def pack_key(config: RunConfig) -> tuple:
+    """What configs must share to train in one pack: every setting outside ``PACK_FREE``."""
+    flat = _flat(config.to_dict())
+    shared = {k: v for k, v in flat.items() if not k.startswith(PACK_FREE)}
+    return tuple(sorted((k, repr(v)) for k, v in shared.items()))
+
+
+def check_packable(configs: list[RunConfig]) -> None:
+    """ConfigError naming the first setting that two members of a pack do not share."""
+    require(len(configs) >= 1, "pack", "needs at least one run config")
+    first = dict(pack_key(configs[0]))
+    for index, config in enumerate(configs[1:], start=1):
+        for key, value in pack_key(config):
+            require(
+                first[key] == value,
+                key,
+                f"must be the same for every member of a pack, but member 0 has {first[key]} "
+                f"and member {index} has {value}",
+            )
+
+
+@dataclass
+class _Member:
+    """One run of a pack: its data, batches, schedule length and stopping bookkeeping."""
+
+    config: RunConfig
+    dataset: Dataset
+    max_steps: int
+    batches: BatchSource
+    generator: torch.Generator  # Abacus offsets, kept apart from dropout's RNG
+    train_sample: Any
+    meter: _Throughput
+    state: LoopState = field(default_factory=LoopState)
+    stop: str = "max_steps"
+    running_loss: float = 0.0
+    running_count: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    elapsed: float = 0.0
+
+
+def _build_member(config: RunConfig, device: torch.device) -> tuple[_Member, model_lib.GPT]:
+    """A member's data and its model, initialised from its own seed as if it trained alone."""
+    tc = config.train
+    torch.manual_seed(tc.seed)
+    dataset = build_dataset(config.task, config.format, config.data, tc.seed)
+    model = build_model(config, dataset).to(device)
+    seq_len = dataset.format.max_seq_len()
+    per_token = model_lib.flops_per_token(config.model, len(dataset.format.vocab), seq_len)
+    member = _Member(
+        config=config,
+        dataset=dataset,
+        max_steps=_total_steps(tc, dataset),
+        batches=BatchSource(dataset, config.data, tc.batch_size, tc.seed),
+        generator=torch.Generator().manual_seed(tc.seed + 7),
+        train_sample=_train_eval_sample(dataset, config, tc),
+        meter=_Throughput(per_token, None),
+    )
+    return member, model
+
+
 def train(
     config: RunConfig,
     report: Report | None = None,
@@ -229,112 +250,190 @@ def train(
     resume_from: str | Path | None = None,
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Train one model and return its summary; see the module docstring."""
-    tc = config.train
-    start_time = time.perf_counter()
-    torch.manual_seed(tc.seed)
-    device = pick_device(tc.device)
-    dataset = build_dataset(config.task, config.format, config.data, tc.seed)
-    max_steps = _total_steps(tc, dataset)
-    model = build_model(config, dataset).to(device)
-    optimizer, scheduler = build_optimizer(config.optim, model, max_steps)  # fused on CPU/CUDA
-    batches = BatchSource(dataset, config.data, tc.batch_size, tc.seed)
-    train_sample = _train_eval_sample(dataset, config, tc)
-    counts = model_lib.n_params(config.model, len(dataset.format.vocab), dataset.max_seq_len())
-    seq_len = dataset.format.max_seq_len()
-    per_token = model_lib.flops_per_token(config.model, len(dataset.format.vocab), seq_len)
-    autocast = _autocast(device, tc.precision)
-    forward = torch.compile(model) if tc.compile else model
-    abacus = config.model.position == "abacus"
-    max_digits = max(config.task.n_digits, 1)
-    gen = torch.Generator().manual_seed(
-        tc.seed + 7
-    )  # Abacus offsets, kept apart from dropout's RNG
+    """Train one model and return its summary: a pack of one member."""
+    pack_report = None if report is None else (lambda _member, metrics: report(metrics))
+    (summary,) = train_pack(
+        [config],
+        pack_report,
+        checkpoint_dir=checkpoint_dir,
+        resume_from=resume_from,
+        progress=progress,
+    )
+    return summary
 
-    state = ckpt.LoopState()
+
+def train_pack(
+    configs: list[RunConfig],
+    report: PackReport | None = None,
+    *,
+    checkpoint_dir: str | Path | None = None,
+    resume_from: str | Path | None = None,
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Train same-shape runs together as one packed model; one summary per member, in order.
+
+    ``report(member, metrics)`` gets each member's evaluations as ``train`` would report them
+    alone. Each member stops on its own (max steps, target, patience, divergence, time budget):
+    it stops updating and reporting, and the pack ends when all have stopped.
+    """
+    check_packable(configs)
+    first = configs[0].train
+    start_time = time.perf_counter()
+    device = pick_device(first.device)
+    built = [_build_member(config, device) for config in configs]
+    members = [member for member, _ in built]
+    model = model_lib.GPT.stack([m for _, m in built])
+    del built
+    optimizer = PackedAdamW(model, [c.optim for c in configs], [m.max_steps for m in members])
+    dataset, n_members = members[0].dataset, len(members)
+    counts = model_lib.n_params(configs[0].model, len(dataset.format.vocab), dataset.max_seq_len())
+    autocast = _autocast(device, first.precision)
+    peak = first.peak_flops or _known_peak(device, autocast)
+    for member in members:
+        member.meter.peak_flops = peak
+    forward = torch.compile(model) if first.compile else model
+    abacus = configs[0].model.position == "abacus"
+    max_digits = max(configs[0].task.n_digits, 1)
+    pad_id = dataset.format.pad_id
+
     if resume_from is not None:
-        state = ckpt.load(resume_from, model, optimizer, scheduler, batches, gen)
-    meter = _Throughput(per_token, tc.peak_flops or _known_peak(device, autocast))
-    step = state.step
-    stopped_reason = "max_steps"
-    running_loss, running_count = 0.0, 0
+        states = ckpt.load(
+            resume_from,
+            model,
+            optimizer,
+            [m.batches for m in members],
+            [m.generator for m in members],
+        )
+        for member, state in zip(members, states, strict=True):
+            member.state, member.stop = state, state.stopped_reason or "max_steps"
+    elapsed_before = members[0].state.elapsed_before
+    step = max(m.state.step for m in members)
     model.train()
     while True:
-        # evaluate, checkpoint and report
-        last = step >= max_steps or stopped_reason != "max_steps"
-        if (step % tc.eval_every == 0 and step > state.last_report_step) or last:
-            metrics = {
-                "step": step,
-                "epoch": _epoch(step, tc, dataset),
-                "lr": scheduler.get_last_lr()[0],
-            }
-            if running_count:
-                metrics["train/loss"] = running_loss / running_count
-            running_loss, running_count = 0.0, 0
-            metrics.update(meter.pop())
-            metrics.update(_evaluate(model, dataset, device, train_sample, final=last))
-            metrics["time/elapsed_s"] = state.elapsed_before + time.perf_counter() - start_time
-            if stopped_reason == "max_steps":
-                stopped_reason = state.update(metrics, step, tc) or stopped_reason
-            if tc.time_budget_s and metrics["time/elapsed_s"] > tc.time_budget_s:
-                stopped_reason = "time_budget" if stopped_reason == "max_steps" else stopped_reason
-            last = last or stopped_reason != "max_steps"
-            if last:
-                metrics.update(_final_sets(model, dataset, device))
-                metrics["done"] = 1
-            state.step, state.last_report_step = step, step
+        # evaluate, checkpoint and report: each member on its own schedule
+        due: list[int] = []
+        for i, m in enumerate(members):
+            if m.state.stopped_reason is not None:
+                continue
+            last = step >= m.max_steps or m.stop != "max_steps"
+            if (step % m.config.train.eval_every == 0 and step > m.state.last_report_step) or last:
+                elapsed = lambda: elapsed_before + time.perf_counter() - start_time  # noqa: E731
+                _evaluate_member(m, model.member(i), step, optimizer.lr(i), elapsed, device)
+                due.append(i)
+        if checkpoint_dir is not None and due:
+            at_save = elapsed_before + time.perf_counter() - start_time
+            for m in members:
+                if m.state.stopped_reason is None or m.state.step == step:
+                    m.state.step = step
+                m.state.elapsed_at_save = at_save
+            ckpt.save(
+                checkpoint_dir,
+                [c.to_dict() for c in configs],
+                model,
+                optimizer,
+                [m.batches for m in members],
+                [m.generator for m in members],
+                [m.state for m in members],
+            )
+        for i in due:
+            metrics = members[i].metrics
             if checkpoint_dir is not None:
-                state.elapsed_at_save = metrics["time/elapsed_s"]
-                ckpt.save(checkpoint_dir, config, model, optimizer, scheduler, batches, gen, state)
                 metrics["checkpoint"] = str(checkpoint_dir)
             if report is not None:
-                report(metrics)
+                report(i, metrics)
             if progress is not None:
-                progress(step, max_steps, metrics)
-            if last:
-                break
+                progress(step, members[i].max_steps, metrics)
+        active = [i for i, m in enumerate(members) if m.state.stopped_reason is None]
+        if not active:
+            break
 
-        # forward and backward
+        # forward and backward: the members' batches stacked, member 0's rows first
         t0 = time.perf_counter()
-        inputs, targets, mask = batches.next_batch(device)
-        offset = None
-        if abacus:  # McLeish et al. 2024: random shift so long numbers meet trained indices
-            high = max(1, config.model.abacus_max_k - max_digits - 1)
-            offset = torch.randint(0, high, (inputs.shape[0],), generator=gen).to(device)
+        inputs, targets, mask, offsets = [], [], [], []
+        for m in members:
+            x, y, keep = m.batches.next_batch(device)
+            inputs.append(x), targets.append(y), mask.append(keep)
+            if abacus:  # McLeish et al. 2024: random shift so long numbers meet trained indices
+                high = max(1, m.config.model.abacus_max_k - max_digits - 1)
+                offsets.append(torch.randint(0, high, (x.shape[0],), generator=m.generator))
+        inputs, targets = _stack_rows(inputs, pad_id), _stack_rows(targets, pad_id)
+        mask = _stack_rows(mask, False)
+        offset = torch.cat(offsets).to(device) if abacus else None
         with autocast:
             logits, _ = forward(inputs, abacus_offset=offset)
         # (B*T, vocab) rows: the (B, vocab, T) layout takes a slower kernel and two copies
         losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
-        loss = (losses * mask.flatten()).sum() / mask.sum().clamp(min=1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        per_row = mask.view(n_members, -1)
+        loss = (losses.view(n_members, -1) * per_row).sum(1) / per_row.sum(1).clamp(min=1)
+        optimizer.zero_grad()
+        loss.sum().backward()  # the members share no parameter: each gets its own gradient
 
-        # clip, step
-        if config.optim.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
-        optimizer.step()
-        scheduler.step()
+        # clip, step: only the members still training
+        optimizer.clip_grad_norms(active)
+        optimizer.step(active)
         step += 1
-        loss_value = loss.item()
-        meter.add(time.perf_counter() - t0, inputs.shape[0], int(inputs.numel()))
-        if not math.isfinite(loss_value):
-            stopped_reason = "diverged"
-        running_loss += loss_value
-        running_count += 1
+        loss_values = loss.tolist()
+        seconds = time.perf_counter() - t0
+        rows = inputs.shape[0] // n_members
+        for i in active:
+            m = members[i]
+            m.meter.add(seconds, rows, rows * inputs.shape[1])
+            if not math.isfinite(loss_values[i]):
+                m.stop = "diverged"
+            m.running_loss += loss_values[i]
+            m.running_count += 1
 
-    elapsed = state.elapsed_before + time.perf_counter() - start_time
-    summary = {k: v for k, v in metrics.items() if k not in ("checkpoint", "done")}
+    return [_summary(m, counts) for m in members]
+
+
+def _stack_rows(parts: list[torch.Tensor], fill) -> torch.Tensor:
+    """Members' (b, T_i) batches as one (M*b, max T) batch; padding is masked out of the loss."""
+    if len(parts) == 1:
+        return parts[0]
+    width = max(p.shape[1] for p in parts)
+    return torch.cat([F.pad(p, (0, width - p.shape[1]), value=fill) for p in parts])
+
+
+def _evaluate_member(
+    m: _Member, model, step: int, lr: float, elapsed: Callable[[], float], device
+) -> None:
+    """Evaluate one member, update its stopping state and keep the metrics to report."""
+    tc = m.config.train
+    last = step >= m.max_steps or m.stop != "max_steps"
+    metrics: dict[str, Any] = {"step": step, "epoch": _epoch(step, tc, m.dataset), "lr": lr}
+    if m.running_count:
+        metrics["train/loss"] = m.running_loss / m.running_count
+    m.running_loss, m.running_count = 0.0, 0
+    metrics.update(m.meter.pop())
+    metrics.update(_evaluate(model, m.dataset, device, m.train_sample, final=last))
+    metrics["time/elapsed_s"] = elapsed()
+    if m.stop == "max_steps":
+        m.stop = m.state.update(metrics, step, tc) or m.stop
+    if tc.time_budget_s and metrics["time/elapsed_s"] > tc.time_budget_s and m.stop == "max_steps":
+        m.stop = "time_budget"
+    if last or m.stop != "max_steps":
+        metrics.update(_final_sets(model, m.dataset, device))
+        metrics["done"] = 1
+        m.state.stopped_reason = m.stop
+        m.elapsed = elapsed()
+    m.state.step, m.state.last_report_step = step, step
+    m.metrics = metrics
+
+
+def _summary(m: _Member, counts: dict[str, int]) -> dict[str, Any]:
+    tc = m.config.train
+    summary = {k: v for k, v in m.metrics.items() if k not in ("checkpoint", "done")}
     summary.update(
         n_params=counts["total"],
         n_params_non_embedding=counts["non_embedding"],
-        flops_per_token=per_token,
-        steps=step,
-        wall_time_s=elapsed,
-        stopped_reason=stopped_reason,
+        flops_per_token=m.meter.flops_per_token,
+        steps=m.state.step,
+        wall_time_s=m.elapsed,
+        stopped_reason=m.stop,
     )
-    summary["best/" + tc.monitor] = state.best
-    summary["train/steps_to_100pct"] = state.steps_to_100pct
-    summary["val/steps_to_threshold"] = state.steps_to_threshold
+    summary["best/" + tc.monitor] = m.state.best
+    summary["train/steps_to_100pct"] = m.state.steps_to_100pct
+    summary["val/steps_to_threshold"] = m.state.steps_to_threshold
     return summary
 
 

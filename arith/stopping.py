@@ -1,0 +1,49 @@
+"""Per-run stopping bookkeeping: best value, patience, target, thresholds reached.
+
+Each member of a packed run keeps its own, so one member stops alone while the others go on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arith.trainconf import TrainConfig
+
+
+@dataclass
+class LoopState:
+    """What the loop knows besides the model: step, early-stopping bookkeeping, thresholds."""
+
+    step: int = 0
+    last_report_step: int = -1
+    best: float | None = None
+    evals_without_improvement: int = 0
+    steps_to_100pct: int | None = None
+    steps_to_threshold: int | None = None
+    elapsed_before: float = 0.0
+    elapsed_at_save: float = 0.0
+    stopped_reason: str | None = None
+    """Why this run stopped, once it has (a member of a pack stops alone)."""
+
+    def update(self, metrics: dict[str, float], step: int, tc: TrainConfig) -> str | None:
+        """Record an evaluation; the reason to stop, if any."""
+        self.step = step
+        if self.steps_to_100pct is None and metrics.get("train/exact_match", 0.0) >= 1.0:
+            self.steps_to_100pct = step
+        if self.steps_to_threshold is None and metrics.get("val/exact_match", 0.0) >= tc.threshold:
+            self.steps_to_threshold = step
+        value = metrics.get(tc.monitor)
+        if value is None:
+            return None
+        sign = 1.0 if tc.higher_is_better else -1.0
+        if self.best is None or sign * (value - self.best) > tc.min_delta:
+            self.best, self.evals_without_improvement = value, 0
+        else:
+            self.evals_without_improvement += 1
+        if step < tc.min_steps:
+            return None
+        if tc.target is not None and sign * (value - tc.target) >= 0:
+            return "target_reached"
+        if tc.patience is not None and self.evals_without_improvement >= tc.patience:
+            return "early_stopping"
+        return None

@@ -1,0 +1,88 @@
+"""The training concern of a run config: how long and how one run trains, and when it stops.
+
+Its own module so that ``config.py`` (which composes it), ``stopping.py`` and ``trainer.py`` all
+import it without an import circle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from arith.errors import require
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How long and how one run trains, and when it stops."""
+
+    seed: int = 0
+    """Seeds the model's initialisation, batches, dropout and (unless data.seed) the split."""
+    batch_size: int = 256
+    """Problems per optimisation step."""
+    max_steps: int = 2000
+    """Optimisation steps (ignored when ``epochs`` is set)."""
+    epochs: float | None = None
+    """Passes over a fixed training set instead of ``max_steps``."""
+    eval_every: int = 250
+    """Steps between evaluations (and reports and checkpoints)."""
+    train_eval_size: int = 512
+    """Training problems decoded at each evaluation for ``train/exact_match``."""
+    monitor: str = "val/exact_match"
+    """Metric for early stopping, ``target`` and the best checkpoint; higher is better unless it
+    is a loss."""
+    patience: int | None = None
+    """Stop after this many evaluations without improvement of ``monitor``; ``None``: never."""
+    min_delta: float = 0.0
+    """Smallest change of ``monitor`` that counts as an improvement."""
+    target: float | None = None
+    """Stop once ``monitor`` reaches this (seed 004 stops at 0.99 exact match)."""
+    min_steps: int = 0
+    """No early stop (patience or target) before this step."""
+    threshold: float = 0.95
+    """Validation exact match ``val/steps_to_threshold`` waits for (seed 003 groks at 95 %)."""
+    device: str = "auto"
+    """``auto`` (CUDA, then MPS, then CPU), or a torch device string."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """``auto``: bf16 autocast on CUDA devices that support it, fp32 elsewhere."""
+    compile: bool = False
+    """``torch.compile`` the training forward pass."""
+    time_budget_s: float | None = None
+    """Stop training after this many seconds (then evaluate and return)."""
+    peak_flops: float | None = None
+    """Device peak FLOP/s for ``perf/mfu``; ``None``: a known GPU's peak, else no MFU."""
+
+    def __post_init__(self) -> None:
+        require(self.batch_size >= 1, "train.batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.max_steps >= 1, "train.max_steps", f"must be >= 1, got {self.max_steps}")
+        require(
+            self.epochs is None or self.epochs > 0,
+            "train.epochs",
+            f"must be > 0, got {self.epochs}",
+        )
+        require(self.eval_every >= 1, "train.eval_every", f"must be >= 1, got {self.eval_every}")
+        require(
+            self.train_eval_size >= 1,
+            "train.train_eval_size",
+            f"must be >= 1, got {self.train_eval_size}",
+        )
+        require(
+            self.patience is None or self.patience >= 1,
+            "train.patience",
+            f"must be >= 1 or null, got {self.patience}",
+        )
+        require(self.min_steps >= 0, "train.min_steps", f"must be >= 0, got {self.min_steps}")
+        require(
+            self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"),
+            "train.device",
+            f"expected auto, cpu, cuda, cuda:N or mps, but got {self.device!r}",
+        )
+        require(
+            self.time_budget_s is None or self.time_budget_s > 0,
+            "train.time_budget_s",
+            f"must be > 0 or null, got {self.time_budget_s}",
+        )
+
+    @property
+    def higher_is_better(self) -> bool:
+        return "loss" not in self.monitor
