@@ -1,10 +1,9 @@
-"""The decoder: cached decoding equals a full pass, parameter counts, purity for torch.func."""
+"""The decoder: cached decoding equals a full pass, parameter counts, packs of members."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from torch.func import functional_call, stack_module_state
 
 from arith.model import GPT, ModelConfig, _digit_run_index, flops_per_token, n_params
 
@@ -60,20 +59,16 @@ def test_abacus_offset_changes_only_digit_positions():
     torch.testing.assert_close(a, b)
 
 
-def test_forward_is_a_pure_function_for_vmap_over_stacked_trials():
+@pytest.mark.parametrize("position", POSITIONS)
+def test_a_stacked_pack_computes_what_each_member_computes(position):
     torch.manual_seed(0)
-    models = [tiny("rope") for _ in range(3)]
-    params, buffers = stack_module_state(models)
-    with torch.device("meta"):  # built on meta, not moved there: .to() would untie embeddings
-        base = tiny("rope")
-    idx = torch.randint(0, 16, (2, 10))
-
-    def run(p, b):
-        return functional_call(base, (p, b), (idx,))[0]
-
-    stacked = torch.vmap(run)(params, buffers)
+    models = [tiny(position) for _ in range(3)]
+    pack = GPT.stack(models).eval()
+    idx = torch.randint(0, 16, (3 * 2, 10))  # member i's rows are 2i, 2i + 1
+    stacked, _ = pack(idx)
     for i, m in enumerate(models):
-        torch.testing.assert_close(stacked[i], m(idx)[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(stacked[2 * i : 2 * i + 2], m(idx[2 * i : 2 * i + 2])[0])
+        torch.testing.assert_close(pack.member(i)(idx[:2])[0], m(idx[:2])[0])
 
 
 def test_bad_shapes_are_config_errors():

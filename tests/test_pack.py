@@ -1,0 +1,142 @@
+"""Packed trials: members trained together match each trained alone; each stops on its own."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from arith import checkpoint as ckpt
+from arith import config as config_lib
+from arith.errors import ConfigError
+from arith.model import GPT, ModelConfig
+from arith.optim import OptimConfig, PackedAdamW
+from arith.trainer import train, train_pack
+
+TINY = [
+    "task.n_digits=2",
+    "format.name=reversed",
+    "model.d_model=16",
+    "model.n_layer=1",
+    "model.n_head=2",
+    "train.batch_size=16",
+    "train.max_steps=8",
+    "train.eval_every=4",
+    "train.train_eval_size=16",
+    "train.device=cpu",
+    "train.precision=fp32",
+    "data.val_size=16",
+    "data.test_size=16",
+    "data.edge_cases=false",
+    "optim.warmup_steps=2",
+]
+
+# three members that differ in everything a pack lets vary
+MEMBERS = [
+    ["optim.lr=1e-3", "train.seed=0"],
+    ["optim.lr=3e-3", "optim.weight_decay=0", "optim.schedule=linear", "train.seed=1"],
+    ["optim.lr=2e-3", "optim.schedule=constant", "optim.grad_clip=null", "train.seed=2"],
+]
+
+
+def tiny(*overrides: str):
+    return config_lib.load(None, [*TINY, *overrides])
+
+
+def run_pack(configs, **kw):
+    reports: list[list[dict]] = [[] for _ in configs]
+    summaries = train_pack(configs, lambda i, m: reports[i].append(m), **kw)
+    return summaries, reports
+
+
+def assert_same_curves(packed: list[dict], alone: list[dict]) -> None:
+    assert [r["step"] for r in packed] == [r["step"] for r in alone]
+    for p, a in zip(packed, alone, strict=True):
+        for key in ("train/loss", "val/loss", "val/exact_match", "lr", "test/loss"):
+            if key in a:
+                assert p[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), key
+
+
+@pytest.mark.parametrize("position", ["learned", "abacus"])
+def test_a_pack_matches_each_member_trained_alone(position):
+    configs = [tiny(*m, f"model.position={position}") for m in MEMBERS]
+    summaries, reports = run_pack(configs)
+    for config, summary, packed in zip(configs, summaries, reports, strict=True):
+        alone: list[dict] = []
+        single = train(config, alone.append)
+        assert_same_curves(packed, alone)
+        assert summary["stopped_reason"] == single["stopped_reason"] == "max_steps"
+        assert summary["steps"] == single["steps"] == 8
+    # the members really differ: different seeds and learning rates give different curves
+    assert reports[0][-1]["train/loss"] != reports[1][-1]["train/loss"]
+
+
+def test_a_member_that_stops_stops_alone():
+    configs = [
+        tiny("train.seed=0"),
+        tiny("train.seed=1", "train.target=0.0"),  # reached at the first evaluation
+        tiny("train.seed=2", "optim.lr=1e30", "optim.grad_clip=null"),  # diverges
+    ]
+    summaries, reports = run_pack(configs)
+    assert [s["stopped_reason"] for s in summaries] == ["max_steps", "target_reached", "diverged"]
+    assert [r["step"] for r in reports[0]] == [0, 4, 8]
+    assert [r["step"] for r in reports[1]] == [0] and reports[1][0]["done"] == 1
+    assert summaries[2]["steps"] < 8
+    alone: list[dict] = []
+    train(configs[0], alone.append)
+    assert_same_curves(reports[0], alone)  # the others stopping did not disturb member 0
+
+
+def test_a_resumed_pack_continues_exactly(tmp_path):
+    configs = [tiny(*m) for m in MEMBERS]
+    copied = tmp_path / "at_step_4"
+
+    def keep_step_4(member, metrics):
+        if member == 0 and metrics["step"] == 4:
+            shutil.copytree(metrics["checkpoint"], copied)
+
+    full = train_pack(configs, keep_step_4, checkpoint_dir=tmp_path / "full")
+    resumed, reports = run_pack(configs, checkpoint_dir=tmp_path / "resumed", resume_from=copied)
+    assert [[r["step"] for r in member] for member in reports] == [[8]] * 3
+    for a, b in zip(full, resumed, strict=True):
+        for key in ("train/loss", "val/loss", "test/loss"):
+            assert a[key] == b[key], key
+    a = ckpt.read(tmp_path / "full")["model"]
+    b = ckpt.read(tmp_path / "resumed")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_members_must_share_the_shape():
+    with pytest.raises(ConfigError, match=r"model\.d_model"):
+        train_pack([tiny(), tiny("model.d_model=32")])
+
+
+def test_one_member_adamw_is_torch_adamw_with_clipping():
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=1, d_model=16, n_head=2)
+    model = GPT(cfg, vocab_size=12, max_seq_len=8)
+    reference = GPT(cfg, vocab_size=12, max_seq_len=8)
+    reference.load_state_dict(model.state_dict())
+    opt = OptimConfig(lr=1e-2, weight_decay=0.1, warmup_steps=0, schedule="constant", grad_clip=0.5)
+    packed = PackedAdamW(model, [opt], [10])
+    decay = [p for p in reference.parameters() if p.dim() >= 3]
+    rest = [p for p in reference.parameters() if p.dim() < 3]
+    torch_adamw = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+        lr=1e-2,
+        betas=opt.betas,
+        eps=opt.eps,
+        fused=True,
+    )
+    idx = torch.randint(0, 12, (4, 8))
+    for _ in range(3):
+        for m in (model, reference):
+            m.zero_grad()
+            m(idx)[0].square().mean().backward()
+        packed.clip_grad_norms([0])
+        packed.step([0])
+        torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+        torch_adamw.step()
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
