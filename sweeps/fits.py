@@ -252,6 +252,6 @@ def equation(fit: PowerLawFit, spec: FitSpec) -> str:
 
 
 def key_text(value: object) -> str:
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e6:
         return str(int(value))
     return f"{value:g}" if isinstance(value, float) else str(value)
