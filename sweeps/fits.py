@@ -59,6 +59,22 @@ class FitSpec:
         if self.law not in LAWS:
             raise ValueError(f"law: must be one of {', '.join(LAWS)}, but got {self.law!r}")
 
+    @property
+    def fits_error(self) -> bool:
+        """A fraction that grows with scale (exact match, accuracy) is fitted as its error
+        ``1 - y``, which falls as the law does."""
+        return "exact_match" in self.y or "accuracy" in self.y
+
+    @property
+    def target(self) -> str:
+        """The fitted quantity as written in the equation: ``test/loss`` or
+        ``1 - test/exact_match``."""
+        return f"1 - {self.y}" if self.fits_error else self.y
+
+    def predict(self, fit: PowerLawFit, x: np.ndarray | float) -> np.ndarray:
+        """The fitted curve in the units of y (undoing ``1 - y`` for a fraction)."""
+        return 1 - fit.predict(x) if self.fits_error else fit.predict(x)
+
 
 def check_block(
     item: object, path: str, allowed: tuple[str, ...], required: tuple[str, str], name: str
@@ -186,7 +202,7 @@ def format_fit(fit: PowerLawFit, spec: FitSpec, group: str = "") -> str:
     ]
     where = f" ({group})" if group else ""
     return (
-        f"_fit{where}: {spec.y} = E + A * {spec.x}^(-alpha) over {fit.n_points} trials "
+        f"_fit{where}: {spec.target} = E + A * {spec.x}^(-alpha) over {fit.n_points} trials "
         f"({fit.n_x} distinct {spec.x}); {'; '.join(parts)} "
         f"({int(LEVEL * 100)} % bootstrap intervals)_"
     )
@@ -228,6 +244,7 @@ def group_fits(trials: pd.DataFrame, spec: FitSpec, table_keys: Sequence[str]) -
         group = dict(zip(keys, values, strict=True))
         x = pd.to_numeric(part[spec.x], errors="coerce").to_numpy()
         y = pd.to_numeric(part[spec.y], errors="coerce").to_numpy()
+        y = 1 - y if spec.fits_error else y
         try:
             out.append(GroupFit(group, fit_power_law(x, y, x_name=spec.x)))
         except ValueError as err:
@@ -248,7 +265,7 @@ def fit_columns(fit: PowerLawFit) -> dict[str, float]:
 
 def equation(fit: PowerLawFit, spec: FitSpec) -> str:
     """``y = 0.41 + 12.3 * n_params^(-0.35)``: the fitted law in one short line."""
-    return f"{spec.y} = {fit.E:.3g} + {fit.A:.3g} * {spec.x}^(-{fit.alpha:.3g})"
+    return f"{spec.target} = {fit.E:.3g} + {fit.A:.3g} * {spec.x}^(-{fit.alpha:.3g})"
 
 
 def key_text(value: object) -> str:

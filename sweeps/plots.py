@@ -98,7 +98,7 @@ def exact_match_vs_params(
             continue
         grid = np.geomspace(data[x].min(), data[x].max(), 100)
         where = f" [{group.label()}]" if group.group else ""
-        (line,) = ax.plot(grid, group.fit.predict(grid), "--", color=colour, lw=1.5,
+        (line,) = ax.plot(grid, fit_spec.predict(group.fit, grid), "--", color=colour, lw=1.5,
                           label=f"fit{where}: {equation(group.fit, fit_spec)}")  # fmt: skip
         handles.append(line)
     ax.set_xscale("log")
@@ -168,7 +168,7 @@ def _readable_log_ticks(axis) -> None:
     """A log axis labelled 10K, 30K, 100K (with minor labels where it spans a decade or less)."""
     axis.set_major_formatter(ticker.FuncFormatter(_short_number))
     low, high = axis.get_data_interval()
-    few_decades = low > 0 and high / low < 30
+    few_decades = low > 0 and high / low <= 100
     axis.set_minor_locator(ticker.LogLocator(subs=(2.0, 3.0, 5.0)))
     axis.set_minor_formatter(
         ticker.FuncFormatter(_short_number) if few_decades else ticker.NullFormatter()

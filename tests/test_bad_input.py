@@ -320,7 +320,6 @@ REAL_CASES = [
     ["SPEC", "--set", "base.model.n_layr=2"],
     ["BAD_TAG"],
     ["SPEC", "--set", "noequals", "--out", "OUT"],
-    ["SPEC", "--set", "base.train.flops_budget=1e9"],  # and base.train.max_steps: 30
     [],
 ]
 
