@@ -73,7 +73,9 @@ def exact_match_vs_params(
     data = trials.dropna(subset=[x, metric]).copy()
     keys = list(cells) if cells else (_config_axes(data) or [x])
     keys = list(dict.fromkeys([*keys, *chosen]))
-    series_key = next(
+    # Fits per group: colour by the group's key, so each law sits on its own points.
+    grouped = next((k for g in fits for k in g.group), None)
+    series_key = grouped or next(
         (a for a in ("model.n_layer", "model.d_model") if a in _config_axes(data)), None
     )
     series = [None] if series_key is None else sorted(data[series_key].dropna().unique())
@@ -93,10 +95,13 @@ def exact_match_vs_params(
             ax.errorbar(rows["x"], rows["mean"], yerr=rows["std"], fmt=marker, color=colour,
                         capsize=3, markersize=7, lw=1)  # fmt: skip
     handles = _legend_handles(series_key, series, colours, shapes, chosen)
-    for group, colour in zip(fits, ("black", "tab:red", "tab:blue", "tab:orange"), strict=False):
+    by_level = dict(zip(series, colours, strict=False))
+    for group in fits:
         if group.fit is None or fit_spec is None:
             continue
-        grid = np.geomspace(data[x].min(), data[x].max(), 100)
+        colour = by_level.get(group.group.get(grouped), "black") if grouped else "black"
+        part = data[data[grouped] == group.group[grouped]] if grouped else data
+        grid = np.geomspace(part[x].min(), part[x].max(), 100)
         where = f" [{group.label()}]" if group.group else ""
         (line,) = ax.plot(grid, fit_spec.predict(group.fit, grid), "--", color=colour, lw=1.5,
                           label=f"fit{where}: {equation(group.fit, fit_spec)}")  # fmt: skip

@@ -369,7 +369,11 @@ def format_key(value: object) -> str:
     if isinstance(value, bool | np.bool_):
         return str(bool(value))
     if isinstance(value, float | np.floating):
-        return str(int(value)) if float(value).is_integer() else f"{value:g}"
+        # 5e+08 rather than 500000000 for a budget; exact integers below a million as they are
+        short = f"{value:g}"
+        if float(value).is_integer() and (abs(value) < 1e6 or float(short) != value):
+            return str(int(value))
+        return short
     return str(value)
 
 
