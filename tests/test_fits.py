@@ -99,7 +99,7 @@ def test_one_fit_per_group_of_the_remaining_keys_in_md_csv_and_mlflow_names():
     fits = table_fits(trials, [spec])["iso"]
     assert [g.group for g in fits] == [{"train.flops_budget": 1e12}, {"train.flops_budget": 1e13}]
     assert [round(g.fit.alpha, 1) for g in fits] == [0.3, 0.5]
-    text = render_tables(trials, [spec])
+    text = render_tables(trials, [spec], {"iso": fits})
     assert "_fit (train.flops_budget=1e+12): test/loss = E + A * n_params^(-alpha)" in text
     csv = with_fit_columns(summarise(trials, spec), fits)
     low = csv[csv["train.flops_budget"] == 1e12]
