@@ -107,6 +107,23 @@ class TrainConfig:
             "train.max_steps",
             f"must be >= 1 or null, got {self.max_steps}",
         )
+        require(
+            self.epochs is None or self.epochs > 0,
+            "train.epochs",
+            f"must be > 0, got {self.epochs}",
+        )
+        require(self.eval_every >= 1, "train.eval_every", f"must be >= 1, got {self.eval_every}")
+        require(
+            self.train_eval_size >= 1,
+            "train.train_eval_size",
+            f"must be >= 1, got {self.train_eval_size}",
+        )
+        require(
+            self.patience is None or self.patience >= 1,
+            "train.patience",
+            f"must be >= 1 or null, got {self.patience}",
+        )
+        require(self.min_steps >= 0, "train.min_steps", f"must be >= 0, got {self.min_steps}")
         for key in ("flops_budget", "tokens_budget"):
             value = getattr(self, key)
             require(

@@ -194,3 +194,19 @@ def test_a_budgeted_run_trains_the_derived_steps():
     assert summary["steps"] == 13  # ceil(12.5)
     assert summary["tokens"] == 13 * cost["tokens"]
     assert summary["flops"] == 13 * cost["flops"]
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "train.eval_every=0",
+        "train.patience=0",
+        "train.min_steps=-1",
+        "train.epochs=0",
+        "train.train_eval_size=0",
+    ],
+)
+def test_out_of_range_train_keys_are_config_errors(override):
+    key = override.split("=")[0]
+    with pytest.raises(config_lib.ConfigError, match=key.replace(".", r"\.")):
+        config_lib.load(None, [override])
