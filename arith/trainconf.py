@@ -6,10 +6,16 @@ import it without an import circle.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
-from arith.errors import require
+from arith.errors import ConfigError, require
+
+# Optimisation steps of a run that sets none of max_steps, epochs and the budgets.
+DEFAULT_MAX_STEPS = 2000
+# The keys that set a run's length; a budget excludes the others.
+LENGTH_KEYS = ("max_steps", "epochs", "flops_budget", "tokens_budget")
 
 
 @dataclass(frozen=True)
@@ -20,10 +26,17 @@ class TrainConfig:
     """Seeds the model's initialisation, batches, dropout and (unless data.seed) the split."""
     batch_size: int = 256
     """Problems per optimisation step."""
-    max_steps: int = 2000
-    """Optimisation steps (ignored when ``epochs`` is set)."""
+    max_steps: int | None = None
+    """Optimisation steps; ``None``: DEFAULT_MAX_STEPS, unless ``epochs`` or a budget sets the
+    length (``max_steps`` is ignored when ``epochs`` is set)."""
     epochs: float | None = None
     """Passes over a fixed training set instead of ``max_steps``."""
+    flops_budget: float | None = None
+    """Training FLOPs to spend instead of ``max_steps``: steps = ceil(budget / FLOPs per step),
+    so a ladder of sizes can be compute-matched (isoFLOP, Hoffmann et al. 2022); see
+    ``step_cost`` for what is counted."""
+    tokens_budget: float | None = None
+    """Training tokens to see instead of ``max_steps``: steps = ceil(budget / tokens per step)."""
     eval_every: int = 250
     """Steps between evaluations (and reports and checkpoints)."""
     train_eval_size: int = 512
@@ -54,7 +67,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "train.batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.max_steps >= 1, "train.max_steps", f"must be >= 1, got {self.max_steps}")
+        require(
+            self.max_steps is None or self.max_steps >= 1,
+            "train.max_steps",
+            f"must be >= 1 or null, got {self.max_steps}",
+        )
         require(
             self.epochs is None or self.epochs > 0,
             "train.epochs",
@@ -72,6 +89,22 @@ class TrainConfig:
             f"must be >= 1 or null, got {self.patience}",
         )
         require(self.min_steps >= 0, "train.min_steps", f"must be >= 0, got {self.min_steps}")
+        for key in ("flops_budget", "tokens_budget"):
+            value = getattr(self, key)
+            require(
+                value is None or 0 < value < math.inf,
+                f"train.{key}",
+                f"must be > 0 or null, got {value}",
+            )
+        lengths = [k for k in LENGTH_KEYS if getattr(self, k) is not None]
+        budgets = [k for k in lengths if k.endswith("_budget")]
+        if budgets and len(lengths) > 1:
+            other = next(k for k in lengths if k != budgets[-1])
+            raise ConfigError(
+                f"train.{budgets[-1]}",
+                f"cannot be combined with train.{other}; a run's length comes from one of "
+                "max_steps, epochs, flops_budget, tokens_budget (set the others to null)",
+            )
         require(
             self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"),
             "train.device",

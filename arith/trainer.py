@@ -27,7 +27,7 @@ from arith.evaluate import OP_NAMES, carry_metric_names, evaluate_set
 from arith.formats import FormatConfig, build_format
 from arith.optim import PackedAdamW
 from arith.stopping import LoopState
-from arith.trainconf import TrainConfig
+from arith.trainconf import DEFAULT_MAX_STEPS, TrainConfig
 
 if TYPE_CHECKING:
     from arith.config import RunConfig
@@ -42,6 +42,8 @@ SUMMARY_KEYS = (
     "n_params_non_embedding",
     "flops_per_token",
     "steps",
+    "tokens",
+    "flops",
     "wall_time_s",
     "best/val/exact_match",
     "train/steps_to_100pct",
@@ -64,8 +66,36 @@ def build_model(config: RunConfig, dataset: Dataset) -> model_lib.GPT:
     return model_lib.GPT(config.model, len(fmt.vocab), dataset.max_seq_len(), fmt.digit_ids)
 
 
+def step_cost(config: RunConfig) -> dict[str, int]:
+    """What one optimisation step costs, as the budgets and the summary count it.
+
+    ``tokens``: batch_size x the format's longest sequence (every position of a full-length
+    batch; an upper bound where problems are shorter). ``flops``: tokens x ``flops_per_token``
+    (arith.model: 6N + 12·L·d·T, the forward and backward matmuls, PaLM appendix B; embedding
+    lookups, norms and the optimiser are not counted).
+    """
+    fmt = build_format(config.format, config.task)
+    seq_len = fmt.max_seq_len()
+    per_token = model_lib.flops_per_token(config.model, len(fmt.vocab), seq_len)
+    tokens = config.train.batch_size * seq_len
+    return {"tokens": tokens, "flops": tokens * per_token, "flops_per_token": per_token}
+
+
+def planned_steps(config: RunConfig) -> int:
+    """Steps the run trains unless stopped early: ceil(budget / cost per step) with a budget,
+    else ``max_steps`` (DEFAULT_MAX_STEPS when null). With ``epochs`` the count needs the
+    training set, which ``train`` builds; here it is ``max_steps``'s."""
+    tc = config.train
+    budget = tc.flops_budget if tc.flops_budget is not None else tc.tokens_budget
+    if budget is None:
+        return tc.max_steps if tc.max_steps is not None else DEFAULT_MAX_STEPS
+    per_step = step_cost(config)["flops" if tc.flops_budget is not None else "tokens"]
+    return max(1, math.ceil(budget / per_step))
+
+
 def describe(config: RunConfig) -> dict[str, Any]:
-    """Sizes and costs of a run without building its model or data (for dry runs)."""
+    """Sizes and costs of a run without building its model or data (for dry runs): parameter
+    counts, the cost of a step (``step_cost``), the planned steps and their tokens and FLOPs."""
     fmt = build_format(config.format, config.task)
     seq_len = fmt.max_seq_len()
     if config.data.longer_n_digits:
@@ -74,15 +104,20 @@ def describe(config: RunConfig) -> dict[str, Any]:
         spaced = build_format(FormatConfig(name="spaced"), config.task)
         seq_len = max(seq_len, spaced.max_seq_len())
     counts = model_lib.n_params(config.model, len(fmt.vocab), seq_len)
-    per_token = model_lib.flops_per_token(config.model, len(fmt.vocab), fmt.max_seq_len())
-    steps = config.train.max_steps
+    cost = step_cost(config)
+    steps = planned_steps(config)
     return {
         "n_params": counts["total"],
         "n_params_non_embedding": counts["non_embedding"],
-        "flops_per_token": per_token,
+        "flops_per_token": cost["flops_per_token"],
         "seq_len": seq_len,
         "vocab_size": len(fmt.vocab),
-        "total_flops": float(per_token) * fmt.max_seq_len() * config.train.batch_size * steps,
+        "steps": steps,
+        "tokens_per_step": cost["tokens"],
+        "flops_per_step": cost["flops"],
+        "tokens": cost["tokens"] * steps,
+        "flops": cost["flops"] * steps,
+        "total_flops": float(cost["flops"] * steps),
     }
 
 
@@ -92,6 +127,7 @@ def reported_metrics(config: RunConfig) -> set[str]:
     names.add("time/elapsed_s")
     names |= {"perf/examples_per_s", "perf/tokens_per_s", "perf/mfu"}
     names |= {"n_params", "n_params_non_embedding", "flops_per_token", "steps", "wall_time_s"}
+    names |= {"tokens", "flops"}
     names |= {"best/" + config.train.monitor, "train/steps_to_100pct", "val/steps_to_threshold"}
     sets = ["val", "test"]
     if config.data.longer_n_digits:
@@ -102,10 +138,11 @@ def reported_metrics(config: RunConfig) -> set[str]:
         sets.append("carry")
     for name in sets:
         names |= {f"{name}/exact_match", f"{name}/loss", f"{name}/token_accuracy"}
+        names.add(f"{name}/short_answers")
         if config.format.name == "spaced":
             names.add(f"{name}/normalised_match")
     if config.data.ood_spacing:
-        names |= {"ood/exact_match", "ood/normalised_match"}
+        names |= {"ood/exact_match", "ood/normalised_match", "ood/short_answers"}
     if config.task.name in ("multi_op", "modular"):
         for symbol in tasks.op_symbols(config.task):
             names |= {f"{s}/exact_match/{OP_NAMES[symbol]}" for s in sets}
@@ -160,6 +197,8 @@ PACK_FREE = (
     "train.seed",
     "train.max_steps",
     "train.epochs",
+    "train.flops_budget",
+    "train.tokens_budget",
     "train.eval_every",
     "train.train_eval_size",
     "train.monitor",
@@ -214,6 +253,8 @@ class _Member:
     generator: torch.Generator  # Abacus offsets, kept apart from dropout's RNG
     train_sample: Any
     meter: _Throughput
+    cost: dict[str, int]
+    """What one step costs (``step_cost``), for the summary's tokens and FLOPs."""
     state: LoopState = field(default_factory=LoopState)
     stop: str = "max_steps"
     running_loss: float = 0.0
@@ -228,16 +269,16 @@ def _build_member(config: RunConfig, device: torch.device) -> tuple[_Member, mod
     torch.manual_seed(tc.seed)
     dataset = build_dataset(config.task, config.format, config.data, tc.seed)
     model = build_model(config, dataset).to(device)
-    seq_len = dataset.format.max_seq_len()
-    per_token = model_lib.flops_per_token(config.model, len(dataset.format.vocab), seq_len)
+    cost = step_cost(config)
     member = _Member(
         config=config,
         dataset=dataset,
-        max_steps=_total_steps(tc, dataset),
+        max_steps=_total_steps(config, dataset),
         batches=BatchSource(dataset, config.data, tc.batch_size, tc.seed),
         generator=torch.Generator().manual_seed(tc.seed + 7),
         train_sample=_train_eval_sample(dataset, config, tc),
-        meter=_Throughput(per_token, None),
+        meter=_Throughput(cost["flops_per_token"], None),
+        cost=cost,
     )
     return member, model
 
@@ -426,8 +467,10 @@ def _summary(m: _Member, counts: dict[str, int]) -> dict[str, Any]:
     summary.update(
         n_params=counts["total"],
         n_params_non_embedding=counts["non_embedding"],
-        flops_per_token=m.meter.flops_per_token,
+        flops_per_token=m.cost["flops_per_token"],
         steps=m.state.step,
+        tokens=m.state.step * m.cost["tokens"],
+        flops=m.state.step * m.cost["flops"],
         wall_time_s=m.elapsed,
         stopped_reason=m.stop,
     )
@@ -437,9 +480,10 @@ def _summary(m: _Member, counts: dict[str, int]) -> dict[str, Any]:
     return summary
 
 
-def _total_steps(tc: TrainConfig, dataset: Dataset) -> int:
+def _total_steps(config: RunConfig, dataset: Dataset) -> int:
+    tc = config.train
     if tc.epochs is None:
-        return tc.max_steps
+        return planned_steps(config)
     if dataset.train_pool is None:
         raise ConfigError(
             "train.epochs", "needs a finite training set; set data.train_size or use max_steps"

@@ -109,7 +109,7 @@ def dry_run_text(spec: SweepSpec) -> str:
         shown = {**point, **{p: cfg.flat()[p] for p in spec.derived}}
         lines.append(
             f"  {i:3d}  {_fmt_point(shown)}  n_params={size['n_params']:,}  "
-            f"flops~{size['total_flops']:.2e}"
+            f"steps={size['steps']:,}  flops~{size['total_flops']:.2e}"
         )
     note = " (sampled axes at their first value)" if sampled else ""
     lines.append(f"estimated training FLOPs in all: {total_flops:.2e}{note}")
@@ -190,7 +190,8 @@ def run_sweep(
 
 
 def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, float]) -> int:
-    from sweeps import collect
+    from sweeps import collect, scaling
+    from sweeps.convergence import improving_line
 
     start = time.perf_counter()
     parent_id, tracking_uri = tracker.parent_run_id, tracker.tracking_uri
@@ -203,10 +204,12 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
             return 1
         # The tables come from MLflow alone, as `python -m sweeps.table` rebuilds them.
         trials, curves = collect.trials_from_mlflow(tracking_uri, spec.name, parent_id)
+        trials = collect.with_convergence(trials, curves, spec.sweep.metric)
         paths = collect.write_outputs(
             trials, curves, spec.tables, out_dir, metric=spec.sweep.metric
         )
         collect.log_outputs_to_parent(tracker.client, parent_id, paths)
+        scaling.log_fits_to_parent(tracker.client, parent_id, trials, spec.tables)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -217,6 +220,9 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
     errors = sum(1 for r in results if r.error is not None)
     seconds = time.perf_counter() - start + timings["startup"]
     print(_report(spec, out_dir, tracking_uri, parent_id, seconds, errors))
+    improving = improving_line(trials)
+    if improving:
+        print(improving)
     if tracker.redone["trials"]:
         print(_redone_line(tracker.redone))
     return 1 if errors and errors == len(results) else 0
@@ -262,7 +268,9 @@ def build_tuner(
     resolve = functools.partial(space.resolve_run_config, spec.base, derived=spec.derived)
     # How long the end of a sweep waits for an MLflow server that went away.
     wait_s = float(os.environ.get("SWEEPS_MLFLOW_WAIT_S", "60"))
-    tracker = MLflowTracker(tracking_uri, spec.name, resolve, describe, drain_timeout_s=wait_s)
+    tracker = MLflowTracker(
+        tracking_uri, spec.name, resolve, describe, drain_timeout_s=wait_s, metric=s.metric
+    )
     progress = ProgressLine(spec.name, space.n_trials(spec), s.metric, s.mode)
     trainable = tune.with_resources(
         tune.with_parameters(

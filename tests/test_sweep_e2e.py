@@ -1,4 +1,8 @@
-"""The real command on the tests' tiny sweep: ``python -m sweeps.run search_spaces/smoke.yaml``."""
+"""The real command on the tests' tiny sweep: ``python -m sweeps.run search_spaces/smoke.yaml``.
+
+Its sweep metric is set to ``val/loss``, which after 30 steps is still falling for every trial:
+each run's convergence tag, the table's marks and the end-of-run line say so.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from mlflow import MlflowClient
@@ -34,6 +39,8 @@ def sweep(tmp_path_factory):
             str(tmp / "out"),
             "--tracking-uri",
             uri,
+            "--set=sweep.metric=val/loss",
+            "--set=sweep.mode=min",
         ],
         cwd=tmp,
         capture_output=True,
@@ -111,3 +118,32 @@ def test_output_folder(sweep):
     spec = yaml.safe_load(SMOKE.read_text())
     assert (out / "ray" / spec["sweep"]["name"]).is_dir()
     assert not (sweep["tmp"] / "mlruns").exists()  # artifacts live next to the database
+
+
+def test_convergence_tag_table_marks_and_end_of_run_line(sweep):
+    _, runs = _runs(sweep["uri"])
+    children = [r for r in runs if r.data.tags.get("sweep.role") == "trial"]
+    tags = {r.data.tags["sweep.trial_id"]: r.data.tags["sweep.convergence"] for r in children}
+    assert set(tags.values()) == {"still_improving"}, tags  # val/loss falls to the last step
+    trials = pd.read_csv(sweep["out"] / "trials.csv")
+    assert dict(zip(trials["trial_id"], trials["convergence"], strict=True)) == tags
+    stdout = sweep["result"].stdout
+    assert " ↑ |" in stdout and "raise train.max_steps" in stdout
+    assert stdout.rstrip().splitlines()[-1] == (
+        "still improving: 4 of 4 trials were still improving when they stopped "
+        "(budget-limited); raise train.max_steps to see where they level off"
+    )
+
+
+def test_table_command_rebuilds_the_same_outputs_from_mlflow(sweep, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeps.table", str(sweep["out"]), "--tracking-uri",
+         sweep["uri"], "--out", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rebuilt = tmp_path / "smoke"
+    for name in ("table.md", "table.csv", "trials.csv"):
+        assert (rebuilt / name).read_text() == (sweep["out"] / name).read_text(), name
+    assert (rebuilt / "table.md").read_text() in result.stdout
