@@ -35,8 +35,12 @@ def named_checkpoints(experiment_dir: Path) -> dict[str, tuple[str, str | None]]
     path = newest_snapshot(experiment_dir)
     if path is None:
         return {}
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:  # being written by Tune (it writes in place)
+        return {}
     named = {}
-    for trial_json, metadata_json in json.loads(path.read_text(encoding="utf-8"))["trial_data"]:
+    for trial_json, metadata_json in state["trial_data"]:
         trial, blob = json.loads(trial_json), json.loads(metadata_json).get("checkpoint_manager")
         latest = _unpickle(blob["value"])._latest_checkpoint_result if blob else None
         named[trial["trial_id"]] = (trial["status"], latest and latest.checkpoint.path)
@@ -50,7 +54,10 @@ def repair(experiment_dir: Path) -> dict[str, str]:
     path = newest_snapshot(experiment_dir)
     if path is None:
         return {}
-    state = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:  # cut short by the kill: Tune's restore says so itself
+        return {}
     changed: dict[str, str] = {}
     for pair in state["trial_data"]:
         trial = json.loads(pair[0])
