@@ -129,7 +129,7 @@ def parent_to_resume(
 
 def repair_snapshot(spec: SweepSpec, out_dir: Path, storage: str | None) -> dict[str, str]:
     """Point trials whose snapshot names a deleted checkpoint at one that exists
-    (``sweeps.snapshot``); {trial_id: what was done}. Local storage only."""
+    (``sweeps.snapshot``); {what: what was done}. Local storage only."""
     from sweeps import snapshot
 
     if storage and "://" in storage:

@@ -152,8 +152,8 @@ def run_sweep(
         if resume:
             parent_id = resuming.parent_to_resume(spec, out_dir, tracking_uri, storage=storage)
             resuming.quiet_stale_checkpoints()
-            for trial_id, what in resuming.repair_snapshot(spec, out_dir, storage).items():
-                print(f"trial {trial_id}: {what}", file=sys.stderr)
+            for name, what in resuming.repair_snapshot(spec, out_dir, storage).items():
+                print(f"{name}: {what}", file=sys.stderr)
         else:
             parent_id = None
     except resuming.SweepError as err:

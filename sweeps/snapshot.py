@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -49,16 +51,18 @@ def named_checkpoints(experiment_dir: Path) -> dict[str, tuple[str, str | None]]
 
 def repair(experiment_dir: Path) -> dict[str, str]:
     """Rewrite the newest snapshot so that every trial's checkpoint exists; returns
-    {trial_id: what was done} for the trials it changed. Local storage only (a URI is left as
-    it is: Tune's own behaviour)."""
+    {"trial <id>" or "experiment state": what was done} for what it changed. Local storage
+    only (a URI is left as it is: Tune's own behaviour)."""
     path = newest_snapshot(experiment_dir)
     if path is None:
         return {}
+    changed: dict[str, str] = {}
+    if _finish_sync(experiment_dir, path):
+        changed["experiment state"] = "copied again from the driver's staging folder"
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:  # cut short by the kill: Tune's restore says so itself
-        return {}
-    changed: dict[str, str] = {}
+    except ValueError:  # cut short, and no complete copy: Tune's restore says so itself
+        return changed
     for pair in state["trial_data"]:
         trial = json.loads(pair[0])
         metadata = json.loads(pair[1])
@@ -81,12 +85,43 @@ def repair(experiment_dir: Path) -> dict[str, str]:
         manager._latest_checkpoint_result = replacement
         metadata["checkpoint_manager"] = {"_type": _FALLBACK, "value": _pickle(manager)}
         pair[1] = json.dumps(metadata, indent=2)
-        changed[trial["trial_id"]] = f"{Path(latest.checkpoint.path).name} is gone: {done}"
-    if changed:
+        gone = Path(latest.checkpoint.path).name
+        changed[f"trial {trial['trial_id']}"] = f"{gone} is gone: {done}"
+    if [k for k in changed if k.startswith("trial ")]:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state), encoding="utf-8")
         os.replace(tmp, path)
     return changed
+
+
+def _finish_sync(experiment_dir: Path, path: Path) -> bool:
+    """Tune writes its snapshot (state, searcher, callbacks) in the driver's staging folder
+    under Ray's session folder, then copies the files into the experiment folder, not
+    atomically: a driver killed during the copy leaves some files cut short or older than the
+    others. The staging folder outlives the kill; when its snapshot is complete and the copy
+    differs, copy it again. True if it did."""
+    ray_tmp = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir())) / "ray"
+    pattern = f"session_*/artifacts/*/{experiment_dir.name}/driver_artifacts/{path.name}"
+    staged = sorted(ray_tmp.glob(pattern), key=lambda p: p.stat().st_mtime)
+    if not staged:
+        return False
+    staging = staged[-1].parent
+    try:
+        json.loads(staged[-1].read_text(encoding="utf-8"))
+    except ValueError:  # killed while Tune wrote it: the experiment folder's copy is older
+        return False
+    files = [f for f in staging.iterdir() if f.is_file()]
+    differs = [
+        f
+        for f in files
+        if not (experiment_dir / f.name).is_file()
+        or (experiment_dir / f.name).read_bytes() != f.read_bytes()
+    ]
+    for f in differs:
+        tmp = experiment_dir / f"{f.name}.tmp"
+        shutil.copyfile(f, tmp)
+        os.replace(tmp, experiment_dir / f.name)
+    return bool(differs)
 
 
 def _complete(path: str) -> bool:

@@ -335,7 +335,7 @@ def default_head(tmp_path_factory):
     home = tmp / "home"
     home.mkdir()
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
-        head.env.pop(name)
+        head.env.pop(name, None)
     head.env["HOME"] = str(home)
     made = subprocess.run(
         [str(BIN / "ray"), "get-auth-token", "--generate"], env=head.env, capture_output=True
