@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 STEPS = [0, 10, 20, 30, 40, 50, 60]
 OUTAGE_STEPS = list(range(0, 401, 10))
-KILLED_STEPS = list(range(0, 201, 10))
+KILLED_STEPS = list(range(0, 101, 10))
 DIVERGING_LR = 1.0e4  # Adam at this rate, unclipped, turns the loss NaN within a few steps
 
 
@@ -207,7 +207,7 @@ def test_driver_killed_during_an_outage_loses_nothing(tmp_path, monkeypatch):
         assert wait_until(lambda: n_results() >= 2, 240, proc), (tmp_path / "run0.err").read_text()
         stop_mlflow_server(server)
         # Several evaluations of both running trials wait for the server, then the driver dies.
-        assert wait_until(lambda: n_waiting() >= 6, 240, proc), (tmp_path / "run0.err").read_text()
+        assert wait_until(lambda: n_waiting() >= 4, 240, proc), (tmp_path / "run0.err").read_text()
         kill(proc)
         waiting = n_waiting()
         server = start_mlflow_server(server_root, port)  # same port, same store
