@@ -322,7 +322,7 @@ class MLflowTracker(Callback):
             if state["summary"]:
                 return None
             state.update(summary=True, stopped_reason=record["tags"]["sweep.stopped_reason"])
-            return record
+            return {**record, "metrics": _not_logged(state, record["metrics"], record["step"])}
         if op == "metrics":
             step = record["step"]
             metrics = {
@@ -431,7 +431,7 @@ class MLflowTracker(Callback):
         status = _STATUS.get(reason, "TERMINATED")
         state.update(summary=True, stopped_reason=reason, status_logged=status)
         tags = {"sweep.stopped_reason": reason, "sweep.status": status}
-        self._send(_summary_record(trial_id, summary, step, tags))
+        self._send(_summary_record(trial_id, _not_logged(state, summary, step), step, tags))
 
     def _log_fallback_summary(self, state: dict[str, Any], trial, reason: str) -> None:
         """Sizes from the config (no model built) for trials that never returned a summary."""
@@ -448,6 +448,7 @@ class MLflowTracker(Callback):
         summary = {k: v for k, v in summary.items() if math.isfinite(v)}
         state.update(summary=True, stopped_reason=reason)
         tags = {"sweep.stopped_reason": reason}
+        summary = _not_logged(state, summary, step)
         self._send(_summary_record(trial.trial_id, summary, step, tags))
 
     def _end_child(
@@ -478,6 +479,16 @@ class MLflowTracker(Callback):
             path = Path(tmp) / name
             path.write_text(text)
             self.client.log_artifact(run_id, str(path))
+
+
+def _not_logged(state: dict[str, Any], metrics: dict[str, float], step: int) -> dict[str, float]:
+    """The metrics MLflow does not hold at ``step`` yet (marked as logged now). A summary needs
+    this as much as a result: MLflow's SQL store commits a batch's metrics and its tags in
+    separate transactions, so a driver killed between them leaves a summary's metrics without
+    the tag that marks it logged."""
+    new = {k: v for k, v in metrics.items() if state["steps"].get(k, -1) < step}
+    state["steps"].update(dict.fromkeys(new, step))
+    return new
 
 
 def _summary_record(trial_id: str, summary: dict, step: int, tags: dict[str, str]) -> Record:
