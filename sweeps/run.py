@@ -23,6 +23,9 @@ from arith.errors import ConfigError
 from sweeps.cli import ArgumentParser
 from sweeps.spec import SweepSpec, load_spec
 
+# MLflow writes waiting for an unreachable tracking server (sweeps.outbox), beside the outputs.
+JOURNAL_FILE = "mlflow_outbox.jsonl"
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(prog="python -m sweeps.run", description=__doc__.split("\n\n")[1])
@@ -149,6 +152,8 @@ def run_sweep(
         if resume:
             parent_id = resuming.parent_to_resume(spec, out_dir, tracking_uri, storage=storage)
             resuming.quiet_stale_checkpoints()
+            for name, what in resuming.repair_snapshot(spec, out_dir, storage).items():
+                print(f"{name}: {what}", file=sys.stderr)
         else:
             parent_id = None
     except resuming.SweepError as err:
@@ -175,7 +180,7 @@ def run_sweep(
     # processes: do both at once.
     with ThreadPoolExecutor(max_workers=1) as pool:
         if parent_id is not None:
-            parent = pool.submit(tracker.attach, parent_id)
+            parent = pool.submit(resuming.attach, tracker, parent_id)
         else:
             parent = pool.submit(resuming.start_parent, tracker, spec, out_dir)
         if started_ray and not address:
@@ -232,8 +237,8 @@ def _undelivered(tracker, out_dir: Path) -> str:
     outbox = tracker.outbox
     return (
         f"mlflow at {tracker.tracking_uri} still unreachable {tracker.drain_timeout_s:.0f} s "
-        f"after the sweep ({outbox.last_error}); {len(outbox.pending)} writes not delivered; "
-        f"checkpoints are in {out_dir / 'ray'}"
+        f"after the sweep ({outbox.last_error}); {len(outbox.pending)} writes not delivered, "
+        f"kept in {outbox.journal}: run again with --resume once it is back"
     )
 
 
@@ -269,7 +274,13 @@ def build_tuner(
     # How long the end of a sweep waits for an MLflow server that went away.
     wait_s = float(os.environ.get("SWEEPS_MLFLOW_WAIT_S", "60"))
     tracker = MLflowTracker(
-        tracking_uri, spec.name, resolve, describe, drain_timeout_s=wait_s, metric=s.metric
+        tracking_uri,
+        spec.name,
+        resolve,
+        describe,
+        drain_timeout_s=wait_s,
+        metric=s.metric,
+        journal=out_dir / JOURNAL_FILE,
     )
     progress = ProgressLine(spec.name, space.n_trials(spec), s.metric, s.mode)
     trainable = tune.with_resources(
