@@ -14,7 +14,7 @@ import torch
 
 from arith import checkpoint as ckpt
 from arith import config as config_lib
-from arith.cli import fail, run_main
+from arith.cli import HelpFormatter, fail, run_main
 from arith.evaluate import greedy_decode
 from arith.formats import build_format
 from arith.model import GPT
@@ -36,7 +36,9 @@ def load_model(path: str | Path) -> tuple[GPT, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m arith.predict", description=__doc__.split("\n")[2]
+        formatter_class=HelpFormatter,
+        prog="python -m arith.predict",
+        description=__doc__.split("\n")[2],
     )
     parser.add_argument("checkpoint", help="checkpoint.pt or the folder holding it")
     parser.add_argument("prompts", nargs="*", help="prompts; read from stdin when none are given")

@@ -2,7 +2,9 @@
 
 The loop follows nanoGPT's order: learning rate, evaluate / checkpoint / report, forward and
 backward, clip, step, stop. ``report`` receives a flat dict of namespaced metrics at every
-evaluation; tests pass ``list.append``, a sweep passes a Ray Tune reporter.
+evaluation; tests pass ``list.append``, a sweep passes a Ray Tune reporter. ``progress`` (for a
+progress bar) is called after every step with the training loss since the last evaluation, and at
+every evaluation with all its metrics.
 """
 
 from __future__ import annotations
@@ -321,6 +323,8 @@ def train(
             stopped_reason = "diverged"
         running_loss += loss_value
         running_count += 1
+        if progress is not None:  # every step: the bar shows the loss since the last evaluation
+            progress(step, max_steps, {"train/loss": running_loss / running_count})
 
     elapsed = state.elapsed_before + time.perf_counter() - start_time
     summary = {k: v for k, v in metrics.items() if k not in ("checkpoint", "done")}

@@ -55,6 +55,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the storage path is a filesystem mounted at the same path on every node",
     )
     parser.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over where an earlier run of this sweep lies: delete its output folder and "
+        "checkpoints first (its MLflow runs stay, as an older parent run)",
+    )
     return parser.parse_args(argv)
 
 
@@ -64,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(args.spec, args.overrides)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.resume and args.overwrite:
+        print("error: --resume and --overwrite: choose one", file=sys.stderr)
         return 2
     if args.dry_run:
         print(dry_run_text(spec))
@@ -78,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         uri,
         address=args.address,
         resume=args.resume,
+        overwrite=args.overwrite,
         storage=args.storage,
         storage_shared=args.storage_shared,
     )
@@ -86,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 def dry_run_text(spec: SweepSpec) -> str:
     """The trials a sweep would run, with sizes and estimated training FLOPs (nothing starts)."""
     from arith.trainer import describe
-    from sweeps.space import grid_points, n_trials, resolve_run_config
+    from sweeps.space import n_trials, resolve_run_config, tune_ordered_points
 
     s = spec.sweep
     lines = [
@@ -98,8 +108,11 @@ def dry_run_text(spec: SweepSpec) -> str:
         lines.append(f"  sampled {dim.key}: {dim.describe()}")
     for path, rule in spec.derived.items():
         lines.append(f"  derived {path} = {rule.expression}")
-    points = grid_points(spec)
-    lines.append(f"{n_trials(spec)} trials ({len(points)} grid points x {s.num_samples} samples):")
+    points = tune_ordered_points(spec)
+    numbered = "" if s.search == "optuna" else ", numbered as Tune's trial ids end (_00000)"
+    lines.append(
+        f"{n_trials(spec)} trials ({len(points)} grid points x {s.num_samples} samples{numbered}):"
+    )
     total_flops = 0.0
     for i, point in enumerate(points):
         low = {d.key: d.values[0] for d in sampled}
@@ -108,12 +121,18 @@ def dry_run_text(spec: SweepSpec) -> str:
         total_flops += size["total_flops"] * s.num_samples
         shown = {**point, **{p: cfg.flat()[p] for p in spec.derived}}
         lines.append(
-            f"  {i:3d}  {_fmt_point(shown)}  n_params={size['n_params']:,}  "
-            f"flops~{size['total_flops']:.2e}"
+            f"  {_trial_numbers(i, len(points), s.num_samples)}  {_fmt_point(shown)}  "
+            f"n_params={size['n_params']:,}  flops~{size['total_flops']:.2e}"
         )
     note = " (sampled axes at their first value)" if sampled else ""
     lines.append(f"estimated training FLOPs in all: {total_flops:.2e}{note}")
     return "\n".join(lines)
+
+
+def _trial_numbers(i: int, n_points: int, n_samples: int) -> str:
+    """``00003``, or with repeats ``00003,00007,...`` (repeat r of point i is trial r*n+i)."""
+    numbers = [f"{r * n_points + i:05d}" for r in range(min(n_samples, 3))]
+    return ",".join(numbers) + (",..." if n_samples > 3 else "")
 
 
 def _fmt_point(point: dict[str, Any]) -> str:
@@ -131,6 +150,7 @@ def run_sweep(
     *,
     address: str | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     storage: str | None = None,
     storage_shared: bool = False,
     timings: dict[str, float] | None = None,
@@ -151,6 +171,12 @@ def run_sweep(
             resuming.quiet_stale_checkpoints()
         else:
             parent_id = None
+            # Never two sweeps in one folder: continue the earlier one, or clear it first.
+            earlier = resuming.earlier_sweep(spec, out_dir, storage)
+            if earlier and not overwrite:
+                raise resuming.refuse_earlier(spec, earlier, out_dir, tracking_uri)
+            if earlier:
+                resuming.remove_earlier(spec, out_dir, storage)
     except resuming.SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -161,6 +187,7 @@ def run_sweep(
     started_ray = not ray.is_initialized()
     storage = cluster.storage_path(storage, out_dir)
     if started_ray and address:
+        print(f"connecting to the Ray cluster at {address} ...", file=sys.stderr, flush=True)
         # Before MLflow records anything, and before the Tuner (through Ray Client, Tune
         # builds it on the head): a cluster that cannot run this sweep is one line.
         try:
@@ -179,6 +206,8 @@ def run_sweep(
         else:
             parent = pool.submit(resuming.start_parent, tracker, spec, out_dir)
         if started_ray and not address:
+            # Ray takes ~10 s to start its processes; say so rather than sit silent.
+            print(f"starting a local Ray ({os.cpu_count()} CPUs) ...", file=sys.stderr, flush=True)
             _init_ray()
         parent.result()
     timings["startup"] = time.perf_counter() - start
@@ -203,8 +232,9 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
             return 1
         # The tables come from MLflow alone, as `python -m sweeps.table` rebuilds them.
         trials, curves = collect.trials_from_mlflow(tracking_uri, spec.name, parent_id)
+        axes = collect.swept_paths(spec.raw)
         paths = collect.write_outputs(
-            trials, curves, spec.tables, out_dir, metric=spec.sweep.metric
+            trials, curves, spec.tables, out_dir, metric=spec.sweep.metric, axes=axes
         )
         collect.log_outputs_to_parent(tracker.client, parent_id, paths)
         status = "FINISHED"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import pytest
@@ -146,3 +147,13 @@ def test_modular_addition_mod_11_is_memorised():
     summary = train(config)
     assert summary["train/exact_match"] == 1.0
     assert summary["train/steps_to_100pct"] is not None
+
+
+def test_progress_is_called_after_every_step_with_the_running_loss():
+    calls: list[tuple[int, dict]] = []
+    train(tiny("train.max_steps=12"), progress=lambda step, total, m: calls.append((step, m)))
+    per_step = [(step, m["train/loss"]) for step, m in calls if "val/exact_match" not in m]
+    assert [step for step, _ in per_step] == list(range(1, 13))
+    assert all(math.isfinite(loss) and loss > 0 for _, loss in per_step)
+    evaluations = [step for step, m in calls if "val/exact_match" in m]
+    assert evaluations == [0, 10, 12]
