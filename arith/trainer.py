@@ -44,6 +44,7 @@ SUMMARY_KEYS = (
     "best/val/exact_match",
     "train/steps_to_100pct",
     "val/steps_to_threshold",
+    "final_weights_step",
 )
 
 
@@ -166,6 +167,7 @@ def reported_metrics(config: RunConfig) -> set[str]:
     names.add("time/elapsed_s")
     names |= {"perf/examples_per_s", "perf/tokens_per_s", "perf/mfu"}
     names |= {"n_params", "n_params_non_embedding", "flops_per_token", "steps", "wall_time_s"}
+    names.add("final_weights_step")
     names |= {"best/" + config.train.monitor, "train/steps_to_100pct", "val/steps_to_threshold"}
     sets = ["val", "test"]
     if config.data.longer_n_digits:
@@ -260,6 +262,8 @@ def train(
     step = state.step
     stopped_reason = "max_steps"
     running_loss, running_count = 0.0, 0
+    best_weights: dict[str, torch.Tensor] | None = None
+    best_step = step
     model.train()
     while True:
         # evaluate, checkpoint and report
@@ -278,12 +282,23 @@ def train(
             metrics["time/elapsed_s"] = state.elapsed_before + time.perf_counter() - start_time
             if stopped_reason == "max_steps":
                 stopped_reason = state.update(metrics, step, tc) or stopped_reason
+                if tc.patience is not None and state.evals_without_improvement == 0:
+                    # early stopping on: the monitor's best weights, kept in memory (small)
+                    best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    best_step = step
             if tc.time_budget_s and metrics["time/elapsed_s"] > tc.time_budget_s:
                 stopped_reason = "time_budget" if stopped_reason == "max_steps" else stopped_reason
             last = last or stopped_reason != "max_steps"
             if last:
+                if best_weights is not None and best_step != step:
+                    model.load_state_dict(best_weights)  # test what the monitor chose
+                final_weights = "best" if best_weights is not None else "last"
+                weights_step = best_step if best_weights is not None else step
                 metrics.update(_final_sets(model, dataset, device))
+                metrics["final_weights_step"] = weights_step
                 metrics["done"] = 1
+                if checkpoint_dir is not None:
+                    ckpt.save_model(checkpoint_dir, config, model, final_weights, weights_step)
             state.step, state.last_report_step = step, step
             if checkpoint_dir is not None:
                 state.elapsed_at_save = metrics["time/elapsed_s"]
@@ -335,6 +350,7 @@ def train(
         steps=step,
         wall_time_s=elapsed,
         stopped_reason=stopped_reason,
+        final_weights=final_weights,  # "best" (monitor's choice, early stopping on) or "last"
     )
     summary["best/" + tc.monitor] = state.best
     summary["train/steps_to_100pct"] = state.steps_to_100pct

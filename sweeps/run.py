@@ -247,9 +247,56 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
     errors = sum(1 for r in results if r.error is not None)
     seconds = time.perf_counter() - start + timings["startup"]
     print(_report(spec, out_dir, tracking_uri, parent_id, seconds, errors))
+    best = best_trial(trials, spec.sweep.metric, spec.sweep.mode)
+    if best is not None:
+        print(_best_lines(spec, best, tracking_uri, out_dir))
     if tracker.redone["trials"]:
         print(_redone_line(tracker.redone))
     return 1 if errors and errors == len(results) else 0
+
+
+def best_trial(trials, metric: str, mode: str) -> dict[str, Any] | None:
+    """The trials row with the best ``metric`` (a dict), or None when no trial has it."""
+    if metric not in trials.columns or trials.empty:
+        return None
+    values = trials[metric].astype(float)
+    if values.isna().all():
+        return None
+    return trials.loc[values.idxmax() if mode == "max" else values.idxmin()].to_dict()
+
+
+def _best_lines(spec: SweepSpec, best: dict[str, Any], uri: str, out_dir: Path) -> str:
+    """The best trial and the exact command that asks its model a question."""
+    import shlex
+
+    import yaml
+
+    from arith.config import from_dict
+    from arith.formats import build_format
+
+    axes = " ".join(f"{k}={best[k]}" for k in _axes(spec) if k in best)
+    metric = spec.sweep.metric
+    example = "12 + 34 ="
+    saved = out_dir / "models" / str(best["trial_id"]) / "config.yaml"
+    if saved.is_file():  # the trial's own config: task and format may be swept
+        config = from_dict(yaml.safe_load(saved.read_text(encoding="utf-8")))
+        example = build_format(config.format, config.task).example_prompt()
+    command = ["python", "-m", "arith.predict", f"runs:/{best['run_id']}"]
+    command += ["--tracking-uri", uri, example]
+    return "\n".join(
+        [
+            f"best trial:     {spec.name}-{best['trial_id']} ({metric} {best[metric]:.4g}"
+            + (f"; {axes}" if axes else "")
+            + f"), run {best['run_id']}",
+            f"ask its model:  {shlex.join(command)}",
+        ]
+    )
+
+
+def _axes(spec: SweepSpec) -> list[str]:
+    from sweeps.collect import swept_paths
+
+    return swept_paths(spec.raw)
 
 
 def _undelivered(tracker, out_dir: Path) -> str:
@@ -292,7 +339,14 @@ def build_tuner(
     resolve = functools.partial(space.resolve_run_config, spec.base, derived=spec.derived)
     # How long the end of a sweep waits for an MLflow server that went away.
     wait_s = float(os.environ.get("SWEEPS_MLFLOW_WAIT_S", "60"))
-    tracker = MLflowTracker(tracking_uri, spec.name, resolve, describe, drain_timeout_s=wait_s)
+    tracker = MLflowTracker(
+        tracking_uri,
+        spec.name,
+        resolve,
+        describe,
+        drain_timeout_s=wait_s,
+        model_dir=out_dir / "models",
+    )
     progress = ProgressLine(spec.name, space.n_trials(spec), s.metric, s.mode)
     trainable = tune.with_resources(
         tune.with_parameters(

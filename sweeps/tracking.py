@@ -82,12 +82,15 @@ class MLflowTracker(Callback):
         resolve: Callable[[dict[str, Any]], Any],
         describe: Callable[[Any], dict[str, Any]] | None = None,
         drain_timeout_s: float = 60.0,
+        model_dir: Path | None = None,
     ) -> None:
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.resolve = resolve
         self.describe = describe
         self.drain_timeout_s = drain_timeout_s
+        # Where each finished trial's model is copied out of Tune's storage before its upload.
+        self.model_dir = model_dir
         self.parent_run_id: str | None = None
         # trial_id -> {run_id, steps: {key: last step logged}, summary, status, params}
         self.trials: dict[str, dict[str, Any]] = {}
@@ -236,6 +239,7 @@ class MLflowTracker(Callback):
         else:  # stopped by the scheduler (ASHA) before train() returned
             status = "EARLY_STOPPED"
             self._log_fallback_summary(state, trial, "scheduler")
+        self._send_model(state, trial)
         self._end_child(state, status, "FINISHED", trial.trial_id)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
@@ -346,6 +350,8 @@ class MLflowTracker(Callback):
         status = _STATUS.get(reason, "TERMINATED")
         state.update(summary=True, stopped_reason=reason, status_logged=status)
         tags = {"sweep.stopped_reason": reason, "sweep.status": status}
+        if "final_weights" in result:  # which weights the test sets measured: best or last
+            tags["sweep.final_weights"] = str(result["final_weights"])
         self.outbox.send(
             f"summary of run {state['run_id']}",
             lambda: self._log_metrics(state["run_id"], summary, step, tags),
@@ -395,6 +401,26 @@ class MLflowTracker(Callback):
             self.client.set_terminated(state["run_id"], status=run_status)
 
         self.outbox.send(f"end of {trial_id}", end)
+
+    def _send_model(self, state: dict[str, Any], trial) -> None:
+        """The trial's final model (model.pt with its config) as the child run's ``model/``
+        artifact: copied out of Tune's storage now, uploaded through the outbox."""
+        checkpoint = getattr(trial, "checkpoint", None)
+        if self.model_dir is None or checkpoint is None:
+            return
+        from arith.checkpoint import export_model
+
+        folder = self.model_dir / trial.trial_id
+        try:
+            with checkpoint.as_directory() as local:
+                export_model(local, folder)
+        except Exception as err:  # a model lost must not stop the sweep; say so
+            print(f"warning: no model for {trial.trial_id}: {one_line(err)}", file=sys.stderr)
+            return
+        self.outbox.send(
+            f"model of {trial.trial_id}",
+            lambda: self.client.log_artifacts(state["run_id"], str(folder), "model"),
+        )
 
     def _log_text(self, run_id: str, text: str, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
