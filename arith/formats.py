@@ -306,9 +306,7 @@ class Format:
             match = re.fullmatch(r"((?:[a-z]:\d+,)*[a-z]:\d+)=", compact)
             items = match.group(1).split(",") if match else []
             if not match or [i[0] for i in items] != list(LETTERS[: len(items)]):
-                raise ValueError(
-                    f"not a sorting problem in the {self.config.name} form {example!r}"
-                )
+                raise ValueError(self._not_a_problem(example))
             values = [i[2:] for i in items]
             op = symbols[0]
         else:

@@ -290,7 +290,9 @@ def train(
                 stopped_reason = "time_budget" if stopped_reason == "max_steps" else stopped_reason
             last = last or stopped_reason != "max_steps"
             if last:
+                last_weights = None
                 if best_weights is not None and best_step != step:
+                    last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
                     model.load_state_dict(best_weights)  # test what the monitor chose
                 final_weights = "best" if best_weights is not None else "last"
                 weights_step = best_step if best_weights is not None else step
@@ -299,6 +301,8 @@ def train(
                 metrics["done"] = 1
                 if checkpoint_dir is not None:
                     ckpt.save_model(checkpoint_dir, config, model, final_weights, weights_step)
+                if last_weights is not None:  # the checkpoint stays the loop's true state
+                    model.load_state_dict(last_weights)
             state.step, state.last_report_step = step, step
             if checkpoint_dir is not None:
                 state.elapsed_at_save = metrics["time/elapsed_s"]

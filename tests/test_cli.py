@@ -56,6 +56,11 @@ def test_predict_completes_prompts_from_arguments_and_stdin(tmp_path):
     assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 1
     bad = run("-m", "arith.predict", str(tmp_path), "12#4 + 1 =")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    for prompt in ("hello", "12 + 34", "12 * 34 ="):  # not a plain addition problem
+        bad = run("-m", "arith.predict", str(tmp_path), "1 + 2 =", prompt)
+        lines = bad.stderr.strip().splitlines()
+        assert bad.returncode == 2 and len(lines) == 1 and prompt in lines[0], bad.stderr
+        assert bad.stdout == ""  # every prompt is checked before any answer
 
 
 @pytest.mark.parametrize(
