@@ -21,6 +21,7 @@ from typing import Any
 
 from arith.errors import ConfigError
 from sweeps.cli import ArgumentParser
+from sweeps.outbox import one_line
 from sweeps.spec import SweepSpec, load_spec
 
 
@@ -237,6 +238,11 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
             trials, curves, spec.tables, out_dir, metric=spec.sweep.metric, axes=axes
         )
         collect.log_outputs_to_parent(tracker.client, parent_id, paths)
+        try:
+            ui = _log_key_figures(spec, tracker, trials)
+        except Exception as err:  # the figures are a view; the sweep's results are safe
+            print(f"warning: sweep figures not logged: {one_line(err)}", file=sys.stderr)
+            ui = None
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -247,12 +253,49 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
     errors = sum(1 for r in results if r.error is not None)
     seconds = time.perf_counter() - start + timings["startup"]
     print(_report(spec, out_dir, tracking_uri, parent_id, seconds, errors))
+    if ui:  # a SQLite store: the address once `mlflow ui` (above) runs on its default port
+        print(f"open the sweep: {ui}")
     best = best_trial(trials, spec.sweep.metric, spec.sweep.mode)
     if best is not None:
         print(_best_lines(spec, best, tracking_uri, out_dir))
     if tracker.redone["trials"]:
         print(_redone_line(tracker.redone))
     return 1 if errors and errors == len(results) else 0
+
+
+def _log_key_figures(spec: SweepSpec, tracker, trials) -> str:
+    """The sweep's figures on its parent run (the swept axes as params, the best trial and its
+    metric, trials by status), the UI view that opens on it; returns that view's address."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    from sweeps import ui
+
+    s, client, parent_id = spec.sweep, tracker.client, tracker.parent_run_id
+    axes = _axes(spec)
+    params = []
+    for axis in axes:
+        if axis in trials.columns:
+            values = sorted(trials[axis].dropna().unique().tolist(), key=str)
+            params.append(Param(axis, str(values)[:6000]))
+    now = int(time.time() * 1000)
+    metrics = [Metric("trials/total", float(len(trials)), now, 0)]
+    for status, count in trials["status"].fillna("UNKNOWN").value_counts().items():
+        metrics.append(Metric(f"trials/{str(status).lower()}", float(count), now, 0))
+    tags = []
+    best = best_trial(trials, s.metric, s.mode)
+    if best is not None:
+        metrics.append(Metric(f"best/{s.metric}", float(best[s.metric]), now, 0))
+        tags += [RunTag("sweep.best_trial", str(best["trial_id"]))]
+        tags += [RunTag("sweep.best_run_id", str(best["run_id"]))]
+    existing = client.get_run(parent_id).data.params  # a resumed sweep logged them already
+    params = [p for p in params if p.key not in existing]
+    client.log_batch(parent_id, metrics=metrics, params=params, tags=tags)
+    experiment_id = client.get_run(parent_id).info.experiment_id
+    state = ui.view_state(parent_id, axes, s.metric, s.mode)
+    ui.save_view(client, experiment_id, parent_id, state)
+    uri = tracker.tracking_uri
+    base = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    return ui.ui_address(base, experiment_id, parent_id)
 
 
 def best_trial(trials, metric: str, mode: str) -> dict[str, Any] | None:

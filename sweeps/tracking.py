@@ -38,6 +38,7 @@ _STATUS = {
     "target_reached": "TERMINATED",
 }
 _BATCH = 100  # MLflow's limit of params per log_batch call
+ML_KIND = "custom_model_development"
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
@@ -194,6 +195,9 @@ class MLflowTracker(Callback):
                 self._experiment = self.client.create_experiment(
                     self.experiment_name, artifact_location=location
                 )
+            # Model training, not GenAI: the UI's kind tag (MLflow 3.17's UI reads its kind
+            # from the address, see sweeps.ui, but older and newer ones read this tag).
+            self.client.set_experiment_tag(self._experiment, "mlflow.experimentKind", ML_KIND)
         return self._experiment
 
     # ---- Tune hooks ----
@@ -296,6 +300,9 @@ class MLflowTracker(Callback):
             state["run_id"], yaml.safe_dump(config.to_dict(), sort_keys=False), "config.yaml"
         )
         flat = config.flat()
+        # The trial's swept values first (MLflow keeps the order of a batch), then the rest.
+        swept = [k for k in trial.config if k in flat]
+        flat = {**{k: flat[k] for k in swept}, **flat}
         params = [Param(k, str(list(v) if isinstance(v, tuple) else v)) for k, v in flat.items()]
         for i in range(0, len(params), _BATCH):
             self.client.log_batch(state["run_id"], params=params[i : i + _BATCH])
