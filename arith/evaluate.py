@@ -110,7 +110,8 @@ def evaluate_set(
     norm = np.array(
         [fmt.normalise(g) == reference.normalise(e) for g, e in zip(got, expected, strict=True)]
     )
-    metrics = {"exact_match": float(exact.mean())}
+    short = ended_early(got, expected, fmt, reference)
+    metrics = {"exact_match": float(exact.mean()), "short_answers": float(short.mean())}
     if reference is not fmt or fmt.config.name == "spaced":
         metrics["normalised_match"] = float(norm.mean())
     if reference is fmt:
@@ -118,6 +119,20 @@ def evaluate_set(
     metrics.update(_breakdowns(problems, exact, reference))
     model.train(was_training)
     return metrics
+
+
+def ended_early(got: list[str], expected: list[str], fmt: Format, reference: Format) -> np.ndarray:
+    """Answers that end (EOS) before the expected answer does, spacing aside.
+
+    The mark of a model that learned the training answer length instead of the algorithm: on
+    operands longer than trained it stops where the longest trained answer stopped (seed 001).
+    """
+    return np.array(
+        [
+            len(fmt.normalise(g)) < len(reference.normalise(e))
+            for g, e in zip(got, expected, strict=True)
+        ]
+    )
 
 
 def _breakdowns(problems: Problems, exact: np.ndarray, fmt: Format) -> dict[str, float]:

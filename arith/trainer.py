@@ -178,10 +178,11 @@ def reported_metrics(config: RunConfig) -> set[str]:
         sets.append("carry")
     for name in sets:
         names |= {f"{name}/exact_match", f"{name}/loss", f"{name}/token_accuracy"}
+        names.add(f"{name}/short_answers")
         if config.format.name == "spaced":
             names.add(f"{name}/normalised_match")
     if config.data.ood_spacing:
-        names |= {"ood/exact_match", "ood/normalised_match"}
+        names |= {"ood/exact_match", "ood/normalised_match", "ood/short_answers"}
     if config.task.name in ("multi_op", "modular"):
         for symbol in tasks.op_symbols(config.task):
             names |= {f"{s}/exact_match/{OP_NAMES[symbol]}" for s in sets}

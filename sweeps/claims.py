@@ -121,16 +121,25 @@ def _grokking(frames: Frames) -> list[str]:
 
 def _batch_lr(frames: Frames) -> list[str]:
     trials = frames["main"]
-    cells = _cells(trials, ["train.batch_size", "optim.lr"], "val/steps_to_threshold")
-    reached = cells["mean"].notna().all() and len(cells) > 0
+    keys = ["train.batch_size", "optim.lr"]
+    to_val = _cells(trials, keys, "val/steps_to_threshold")
+    to_train = _cells(trials, keys, "train/steps_to_100pct")
+    reached = to_val["mean"].notna().all() and len(to_val) > 0
+
+    def steps(x: float) -> str:
+        return "never" if pd.isna(x) else f"{x:,.0f}"
+
     rows = ", ".join(
-        f"batch {int(r['train.batch_size'])} (lr {r['optim.lr']:.2g}): "
-        + ("never" if pd.isna(r["mean"]) else f"{r['mean']:,.0f} steps")
-        for _, r in cells.iterrows()
+        f"batch {int(v['train.batch_size'])} (lr {v['optim.lr']:.2g}): "
+        f"{steps(t['mean'])} to 100 % train, {steps(v['mean'])} to the threshold"
+        for (_, v), (_, t) in zip(to_val.iterrows(), to_train.iterrows(), strict=True)
     )
+    falls = bool((to_val.sort_values("train.batch_size")["mean"].diff().dropna() <= 0).all())
     return [
-        f"Steps to the validation threshold: {rows}.",
+        f"Steps: {rows}.",
         f"Every batch size reaches the threshold: {_verdict(bool(reached))}.",
+        "Steps to the threshold fall as the batch grows (the seed's claim): "
+        f"{'yes' if reached and falls else 'no'}.",
     ]
 
 
@@ -150,16 +159,25 @@ def _abacus(frames: Frames) -> list[str]:
 
 def _addition_k4(frames: Frames) -> list[str]:
     trials = frames["main"]
-    test = _cells(trials, [], "test/exact_match")["mean"].max()
-    out = [f"In-distribution test: {_pct(test)} (bar >= 99 %: {_verdict(test >= 0.99)})."]
+    formats = trials["format.name"] if "format.name" in trials else pd.Series("plain", trials.index)
+    out = []
+    for name, rows in trials.groupby(formats):
+        test = _col(rows, "test/exact_match").mean()
+        line = f"{name} answers: in-distribution test {_pct(test)}"
+        if name == "plain":  # the seed's format carries the bar
+            line += f" (bar >= 99 %: {_verdict(test >= 0.99)})"
+        out.append(line + ".")
     ood = _col(trials, "ood/exact_match").mean()
     norm = _col(trials, "ood/normalised_match").mean()
     out.append(f"Spaced out-of-distribution prompts: exact {_pct(ood)}, normalised {_pct(norm)}.")
-    chains = sorted(c for c in trials.columns if c.startswith("carry/exact_match/carry_"))
-    if chains and "format.name" in trials.columns:
-        for name, rows in trials.groupby("format.name"):
+    chains = sorted(
+        (c for c in trials.columns if c.startswith("carry/exact_match/carry_")),
+        key=lambda c: int(c.rsplit("_", 1)[1]),
+    )
+    for name, rows in trials.groupby(formats):
+        if chains:
             per = ", ".join(f"{c.rsplit('_', 1)[1]}: {_pct(_col(rows, c).mean())}" for c in chains)
-            out.append(f"{name} answers by longest carry chain ({per}).")
+            out.append(f"{name} answers on the carry set, by longest carry chain: {per}.")
     return out
 
 

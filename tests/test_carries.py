@@ -9,7 +9,8 @@ from arith import carries, tasks
 from arith import config as config_lib
 from arith.data import build_dataset, split_of
 from arith.errors import ConfigError
-from arith.evaluate import _carry_breakdown
+from arith.evaluate import _carry_breakdown, ended_early
+from arith.formats import FormatConfig, build_format
 from arith.trainer import reported_metrics, train
 
 ADD = tasks.TaskConfig(name="addition", n_digits=6)
@@ -124,3 +125,12 @@ def test_a_run_reports_carry_metrics_it_declares():
     assert {"carry/exact_match/carry_0", "carry/exact_match/carry_2"} <= carry_keys
     assert "test/exact_match/carry_1" in carry_keys
     assert carry_keys <= reported_metrics(cfg)
+    assert {"test/short_answers", "carry/short_answers"} <= set(summary) & reported_metrics(cfg)
+
+
+def test_answers_that_end_before_the_expected_one_are_counted():
+    task = tasks.TaskConfig(name="addition", n_digits=3)
+    fmt = build_format(FormatConfig(name="spaced"), task)
+    got = ["12", "1 234", "", "12 345"]
+    expected = ["123", "1234", "1", "2 345"]
+    assert ended_early(got, expected, fmt, fmt).tolist() == [True, False, True, False]
