@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -187,3 +189,44 @@ def test_overwrite_starts_a_fresh_sweep_without_mixing(tmp_path):
     for parent in parents:
         kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
         assert len(kids) == 1
+
+
+def test_every_trial_logs_its_model_and_the_best_one_answers(sweep):
+    client, runs = _runs(sweep["uri"])
+    for child in (r for r in runs if r.data.tags.get("sweep.role") == "trial"):
+        names = {Path(a.path).name for a in client.list_artifacts(child.info.run_id, "model")}
+        assert names == {"model.pt", "config.yaml"}, child.data.tags["sweep.trial_id"]
+        assert child.data.tags["sweep.final_weights"] == "last"  # no early stopping in smoke
+    line = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("ask its model:"))
+    command = shlex.split(line.removeprefix("ask its model:"))
+    assert command[:4] == ["python", "-m", "arith.predict", command[3]]
+    assert command[3].startswith("runs:/")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    asked = subprocess.run(
+        [sys.executable, *command[1:]], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert asked.returncode == 0, asked.stderr
+    assert len(asked.stdout.splitlines()) == 1
+
+
+def test_parent_run_carries_the_sweep_and_the_ui_opens_on_it(sweep):
+    client, runs = _runs(sweep["uri"])
+    parent = next(r for r in runs if r.data.tags.get("sweep.role") == "parent")
+    assert parent.data.params["model.d_model"] == "[16, 32]"
+    assert parent.data.params["train.seed"] == "[0, 1]"
+    assert parent.data.metrics["trials/total"] == 4 == parent.data.metrics["trials/terminated"]
+    best_id = parent.data.tags["sweep.best_run_id"]
+    best = client.get_run(best_id)
+    children = [r for r in runs if r.data.tags.get("sweep.role") == "trial"]
+    top = max(c.data.metrics["val/exact_match"] for c in children)
+    assert best.data.metrics["val/exact_match"] == top
+    assert parent.data.metrics["best/val/exact_match"] == top
+    experiment = client.get_experiment(parent.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    address = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("open the"))
+    key = address.split("viewStateShareKey=")[1]
+    view = json.loads(experiment.tags[f"mlflow.sharedViewState.{key}"])
+    assert view["selectedColumns"][:3] == [
+        "params.`model.d_model`", "params.`train.seed`", "metrics.`val/exact_match`"
+    ]  # fmt: skip
+    assert "workflowType=machine_learning" in address
