@@ -6,7 +6,9 @@ GenAI, and a fresh browser lands on an empty GenAI overview). Two query paramete
 experiment page do work: ``workflowType=machine_learning`` selects model training, and
 ``viewStateShareKey=<key>`` loads a view saved on the experiment as the tag
 ``mlflow.sharedViewState.<key>`` (JSON: search facets plus table state such as
-``selectedColumns``). Checked in the installed bundle (mlflow/server/js/build) and in a browser.
+``selectedColumns``). Both read from the installed bundle (mlflow/server/js/build). In headless
+Chromium (tests/test_ui_browser.py) the address opens the Runs table in model-training mode; the
+saved view's columns were not seen applied there (its loading may wait for a confirmation).
 """
 
 from __future__ import annotations
