@@ -40,12 +40,20 @@ SUMMARY_KEYS = (
     "n_params_non_embedding",
     "flops_per_token",
     "steps",
+    "tokens",
+    "flops",
     "wall_time_s",
     "best/val/exact_match",
     "train/steps_to_100pct",
     "val/steps_to_threshold",
     "final_weights_step",
 )
+
+
+# Optimisation steps of a run that sets none of max_steps, epochs and the budgets.
+DEFAULT_MAX_STEPS = 2000
+# The keys that set a run's length; a budget excludes the others.
+LENGTH_KEYS = ("max_steps", "epochs", "flops_budget", "tokens_budget")
 
 
 @dataclass(frozen=True)
@@ -56,10 +64,17 @@ class TrainConfig:
     """Seeds the model's initialisation, batches, dropout and (unless data.seed) the split."""
     batch_size: int = 256
     """Problems per optimisation step."""
-    max_steps: int = 2000
-    """Optimisation steps (ignored when ``epochs`` is set)."""
+    max_steps: int | None = None
+    """Optimisation steps; ``None``: DEFAULT_MAX_STEPS, unless ``epochs`` or a budget sets the
+    length (``max_steps`` is ignored when ``epochs`` is set)."""
     epochs: float | None = None
     """Passes over a fixed training set instead of ``max_steps``."""
+    flops_budget: float | None = None
+    """Training FLOPs to spend instead of ``max_steps``: steps = ceil(budget / FLOPs per step),
+    so a ladder of sizes can be compute-matched (isoFLOP, Hoffmann et al. 2022); see
+    ``step_cost`` for what is counted."""
+    tokens_budget: float | None = None
+    """Training tokens to see instead of ``max_steps``: steps = ceil(budget / tokens per step)."""
     eval_every: int = 250
     """Steps between evaluations (and reports and checkpoints)."""
     train_eval_size: int = 512
@@ -90,7 +105,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "train.batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.max_steps >= 1, "train.max_steps", f"must be >= 1, got {self.max_steps}")
+        require(
+            self.max_steps is None or self.max_steps >= 1,
+            "train.max_steps",
+            f"must be >= 1 or null, got {self.max_steps}",
+        )
         require(
             self.epochs is None or self.epochs > 0,
             "train.epochs",
@@ -108,6 +127,22 @@ class TrainConfig:
             f"must be >= 1 or null, got {self.patience}",
         )
         require(self.min_steps >= 0, "train.min_steps", f"must be >= 0, got {self.min_steps}")
+        for key in ("flops_budget", "tokens_budget"):
+            value = getattr(self, key)
+            require(
+                value is None or 0 < value < math.inf,
+                f"train.{key}",
+                f"must be > 0 or null, got {value}",
+            )
+        lengths = [k for k in LENGTH_KEYS if getattr(self, k) is not None]
+        budgets = [k for k in lengths if k.endswith("_budget")]
+        if budgets and len(lengths) > 1:
+            other = next(k for k in lengths if k != budgets[-1])
+            raise ConfigError(
+                f"train.{budgets[-1]}",
+                f"cannot be combined with train.{other}; a run's length comes from one of "
+                "max_steps, epochs, flops_budget, tokens_budget (set the others to null)",
+            )
         require(
             self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"),
             "train.device",
@@ -139,8 +174,36 @@ def build_model(config: RunConfig, dataset: Dataset) -> model_lib.GPT:
     return model_lib.GPT(config.model, len(fmt.vocab), dataset.max_seq_len(), fmt.digit_ids)
 
 
+def step_cost(config: RunConfig) -> dict[str, int]:
+    """What one optimisation step costs, as the budgets and the summary count it.
+
+    ``tokens``: batch_size x the format's longest sequence (every position of a full-length
+    batch; an upper bound where problems are shorter). ``flops``: tokens x ``flops_per_token``
+    (arith.model: 6N + 12·L·d·T, the forward and backward matmuls, PaLM appendix B; embedding
+    lookups, norms and the optimiser are not counted).
+    """
+    fmt = build_format(config.format, config.task)
+    seq_len = fmt.max_seq_len()
+    per_token = model_lib.flops_per_token(config.model, len(fmt.vocab), seq_len)
+    tokens = config.train.batch_size * seq_len
+    return {"tokens": tokens, "flops": tokens * per_token, "flops_per_token": per_token}
+
+
+def planned_steps(config: RunConfig) -> int:
+    """Steps the run trains unless stopped early: ceil(budget / cost per step) with a budget,
+    else ``max_steps`` (DEFAULT_MAX_STEPS when null). With ``epochs`` the count needs the
+    training set, which ``train`` builds; here it is ``max_steps``'s."""
+    tc = config.train
+    budget = tc.flops_budget if tc.flops_budget is not None else tc.tokens_budget
+    if budget is None:
+        return tc.max_steps if tc.max_steps is not None else DEFAULT_MAX_STEPS
+    per_step = step_cost(config)["flops" if tc.flops_budget is not None else "tokens"]
+    return max(1, math.ceil(budget / per_step))
+
+
 def describe(config: RunConfig) -> dict[str, Any]:
-    """Sizes and costs of a run without building its model or data (for dry runs)."""
+    """Sizes and costs of a run without building its model or data (for dry runs): parameter
+    counts, the cost of a step (``step_cost``), the planned steps and their tokens and FLOPs."""
     fmt = build_format(config.format, config.task)
     seq_len = fmt.max_seq_len()
     if config.data.longer_n_digits:
@@ -149,15 +212,20 @@ def describe(config: RunConfig) -> dict[str, Any]:
         spaced = build_format(FormatConfig(name="spaced"), config.task)
         seq_len = max(seq_len, spaced.max_seq_len())
     counts = model_lib.n_params(config.model, len(fmt.vocab), seq_len)
-    per_token = model_lib.flops_per_token(config.model, len(fmt.vocab), fmt.max_seq_len())
-    steps = config.train.max_steps
+    cost = step_cost(config)
+    steps = planned_steps(config)
     return {
         "n_params": counts["total"],
         "n_params_non_embedding": counts["non_embedding"],
-        "flops_per_token": per_token,
+        "flops_per_token": cost["flops_per_token"],
         "seq_len": seq_len,
         "vocab_size": len(fmt.vocab),
-        "total_flops": float(per_token) * fmt.max_seq_len() * config.train.batch_size * steps,
+        "steps": steps,
+        "tokens_per_step": cost["tokens"],
+        "flops_per_step": cost["flops"],
+        "tokens": cost["tokens"] * steps,
+        "flops": cost["flops"] * steps,
+        "total_flops": float(cost["flops"] * steps),
     }
 
 
@@ -168,6 +236,7 @@ def reported_metrics(config: RunConfig) -> set[str]:
     names |= {"perf/examples_per_s", "perf/tokens_per_s", "perf/mfu"}
     names |= {"n_params", "n_params_non_embedding", "flops_per_token", "steps", "wall_time_s"}
     names.add("final_weights_step")
+    names |= {"tokens", "flops"}
     names |= {"best/" + config.train.monitor, "train/steps_to_100pct", "val/steps_to_threshold"}
     sets = ["val", "test"]
     if config.data.longer_n_digits:
@@ -240,14 +309,14 @@ def train(
     torch.manual_seed(tc.seed)
     device = pick_device(tc.device)
     dataset = build_dataset(config.task, config.format, config.data, tc.seed)
-    max_steps = _total_steps(tc, dataset)
+    max_steps = _total_steps(config, dataset)
     model = build_model(config, dataset).to(device)
     optimizer, scheduler = build_optimizer(config.optim, model, max_steps)  # fused on CPU/CUDA
     batches = BatchSource(dataset, config.data, tc.batch_size, tc.seed)
     train_sample = _train_eval_sample(dataset, config, tc)
     counts = model_lib.n_params(config.model, len(dataset.format.vocab), dataset.max_seq_len())
-    seq_len = dataset.format.max_seq_len()
-    per_token = model_lib.flops_per_token(config.model, len(dataset.format.vocab), seq_len)
+    cost = step_cost(config)
+    per_token = cost["flops_per_token"]
     autocast = _autocast(device, tc.precision)
     forward = torch.compile(model) if tc.compile else model
     abacus = config.model.position == "abacus"
@@ -353,6 +422,8 @@ def train(
         n_params_non_embedding=counts["non_embedding"],
         flops_per_token=per_token,
         steps=step,
+        tokens=step * cost["tokens"],
+        flops=step * cost["flops"],
         wall_time_s=elapsed,
         stopped_reason=stopped_reason,
         final_weights=final_weights,  # "best" (monitor's choice, early stopping on) or "last"
@@ -363,9 +434,10 @@ def train(
     return summary
 
 
-def _total_steps(tc: TrainConfig, dataset: Dataset) -> int:
+def _total_steps(config: RunConfig, dataset: Dataset) -> int:
+    tc = config.train
     if tc.epochs is None:
-        return tc.max_steps
+        return planned_steps(config)
     if dataset.train_pool is None:
         raise ConfigError(
             "train.epochs", "needs a finite training set; set data.train_size or use max_steps"

@@ -12,7 +12,7 @@ import contextlib
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -21,15 +21,14 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
-from sweeps.convergence import convergence_column
-from sweeps.fits import fit_power_law, format_fit
+from sweeps.convergence import CONVERGENCE_TAG, budget_key, convergence_column
 from sweeps.plots import CURVE_METRICS, plots_for
+from sweeps.scaling import GroupFit, fit_note, table_fits, with_fit_columns
 from sweeps.tables import (
     TableSpec,
     build_table,
     default_table_specs,
     describe,
-    select_trials,
     status_note,
     summarise,
     to_markdown,
@@ -152,6 +151,8 @@ def trials_frame(runs: Iterable[Run]) -> pd.DataFrame:
         "stopped_reason": [r.data.tags.get("sweep.stopped_reason") for r in runs],
         "run_id": [r.info.run_id for r in runs],
     }
+    if any(CONVERGENCE_TAG in r.data.tags for r in runs):  # set by the tracker as a trial ends
+        columns["convergence"] = [r.data.tags.get(CONVERGENCE_TAG) for r in runs]
     for key in params:
         values = parse_param_column([r.data.params.get(key) for r in runs])
         columns[key] = values
@@ -163,6 +164,8 @@ def trials_frame(runs: Iterable[Run]) -> pd.DataFrame:
     for key in order:
         columns[key] = [r.data.metrics.get(key, float("nan")) for r in runs]
     frame = pd.DataFrame(columns)
+    if "convergence" in frame.columns:  # next to the status it qualifies
+        frame.insert(3, "convergence", frame.pop("convergence"))
     # MLflow stores every metric as a float; counts read better as the integers they are.
     for key in ("n_params", "n_params_non_embedding", "steps"):
         if key in frame.columns and len(frame) and (frame[key] % 1 == 0).all():
@@ -240,40 +243,31 @@ def _no_progress_bar() -> Iterator[None]:
             os.environ[name] = before
 
 
-def render_tables(trials: pd.DataFrame, specs: Sequence[TableSpec]) -> str:
-    """Every table under its own heading, as written to table.md."""
+def render_tables(
+    trials: pd.DataFrame,
+    specs: Sequence[TableSpec],
+    fits: Mapping[str, list[GroupFit] | str] | None = None,
+) -> str:
+    """Every table under its own heading, as written to table.md (``fits``: ``table_fits``'s,
+    computed when not given)."""
+    fits = table_fits(trials, specs) if fits is None else fits
     sections = []
     for spec in specs:
         if trials.empty:
             body = "_no trials_"
         else:
             try:
-                body = to_markdown(build_table(trials, spec), spec)
+                body = to_markdown(build_table(trials, spec), spec, budget_key(trials))
             except ValueError as err:
                 # One table the trials cannot fill should not lose the others (or the sweep).
                 body = f"_table not built: {err}_"
             if spec.fit is not None:
-                body += "\n\n" + fit_note(trials, spec)
+                body += "\n\n" + fit_note(fits[spec.name], spec)
             note = status_note(trials, spec)
             if note:  # diverged or errored trials are in the cells; say which they are
                 body += "\n\n" + "  \n".join(f"_{line}_" for line in note.splitlines())
         sections.append(f"## {spec.name}\n\n{describe(spec)}\n\n{body}\n")
     return "\n".join(sections)
-
-
-def fit_note(trials: pd.DataFrame, spec: TableSpec) -> str:
-    """The table's fit (over its selected trials) as a table.md line, or why there is none."""
-    fit = spec.fit
-    try:
-        chosen = select_trials(trials, spec)
-        missing = [k for k in (fit.x, fit.y) if k not in chosen.columns]
-        if missing:
-            raise ValueError(f"fit: the trials have no column {missing[0]!r}")
-        x = pd.to_numeric(chosen[fit.x], errors="coerce").to_numpy()
-        y = pd.to_numeric(chosen[fit.y], errors="coerce").to_numpy()
-        return format_fit(fit_power_law(x, y, x_name=fit.x), fit)
-    except ValueError as err:
-        return f"_fit not made: {err}_"
 
 
 def write_outputs(
@@ -291,9 +285,10 @@ def write_outputs(
     out.mkdir(parents=True, exist_ok=True)
     specs = list(specs) or default_table_specs(trials, metric)
     trials = with_convergence(trials, curves, metric)
+    fits = table_fits(trials, specs) if not trials.empty else {}
     paths = [out / "trials.csv", out / "table.md"]
     trials[front_first(trials.columns, axes, metric)].to_csv(paths[0], index=False)
-    paths[1].write_text(render_tables(trials, specs), encoding="utf-8")
+    paths[1].write_text(render_tables(trials, specs, fits), encoding="utf-8")
     csv_names = ["table.csv"] + ([f"table_{s.name}.csv" for s in specs] if len(specs) > 1 else [])
     csv_specs = [specs[0]] + (list(specs) if len(specs) > 1 else [])
     for name, spec in zip(csv_names, csv_specs, strict=True):
@@ -301,10 +296,11 @@ def write_outputs(
             frame = summarise(trials, spec) if not trials.empty else pd.DataFrame()
         except ValueError:
             continue
+        frame = with_fit_columns(frame, fits.get(spec.name))
         frame.to_csv(out / name, index=False)
         paths.append(out / name)
     if not trials.empty:
-        for stem, figure in plots_for(trials, curves, metric).items():
+        for stem, figure in plots_for(trials, curves, metric, specs, fits).items():
             figure.savefig(out / f"{stem}.png", dpi=120)
             paths.append(out / f"{stem}.png")
     return paths
@@ -336,12 +332,19 @@ def front_first(columns: Iterable[str], axes: Sequence[str], metric: str | None)
 def with_convergence(
     trials: pd.DataFrame, curves: pd.DataFrame, metric: str | None = None
 ) -> pd.DataFrame:
-    """The trials with a ``convergence`` column (sweeps.convergence) after ``stopped_reason``."""
-    if trials.empty or "convergence" in trials.columns:
+    """The trials with a ``convergence`` column (sweeps.convergence) after ``stopped_reason``:
+    the tracker's tag where a run has one, else the label computed from ``curves``."""
+    if trials.empty:
         return trials
-    at = trials.columns.get_loc("stopped_reason") + 1 if "stopped_reason" in trials else 0
+    if "convergence" in trials.columns and trials["convergence"].notna().all():
+        return trials
+    computed = convergence_column(trials, curves, metric)
     frame = trials.copy()
-    frame.insert(at, "convergence", convergence_column(trials, curves, metric))
+    if "convergence" in frame.columns:
+        frame["convergence"] = frame["convergence"].where(frame["convergence"].notna(), computed)
+        return frame
+    at = trials.columns.get_loc("stopped_reason") + 1 if "stopped_reason" in trials else 0
+    frame.insert(at, "convergence", computed)
     return frame
 
 

@@ -30,8 +30,11 @@ import pandas as pd
 DIVERGED, EARLY_STOPPED = "diverged", "early_stopped"
 STILL_IMPROVING, CONVERGED, UNKNOWN = "still_improving", "converged", "unknown"
 LABELS = (CONVERGED, STILL_IMPROVING, DIVERGED, EARLY_STOPPED, UNKNOWN)
-# The key to raise when a cell is still improving at the end of its budget.
+# The key to raise when a cell is still improving at the end of its budget (the default one;
+# ``budget_key`` names the one a sweep's trials used).
 BUDGET_KEY = "train.max_steps"
+# The MLflow tag of a trial's label, set by the driver's tracker as the trial ends.
+CONVERGENCE_TAG = "sweep.convergence"
 # Metrics a trial's history is read from, first present wins (the sweep metric goes first
 # unless it is measured only at the end, as test/* is).
 MONITORED = ("val/exact_match", "val/loss", "train/loss")
@@ -130,3 +133,25 @@ def convergence_column(
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def budget_key(trials: pd.DataFrame) -> str:
+    """The key that sets the trials' length: ``train.flops_budget`` or ``train.tokens_budget``
+    where a trial used one, ``train.epochs`` where one trained by epochs, else max_steps."""
+    for key in ("train.flops_budget", "train.tokens_budget", "train.epochs"):
+        if key in trials.columns and trials[key].notna().any():
+            return key
+    return BUDGET_KEY
+
+
+def improving_line(trials: pd.DataFrame) -> str | None:
+    """The end-of-sweep line on budget-limited trials, None when no trial was still improving."""
+    if "convergence" not in trials.columns:
+        return None
+    improving = trials[trials["convergence"] == STILL_IMPROVING]
+    if improving.empty:
+        return None
+    return (
+        f"still improving: {len(improving)} of {len(trials)} trials were still improving when "
+        f"they stopped (budget-limited); raise {budget_key(improving)} to see where they level off"
+    )

@@ -11,15 +11,27 @@ Fewer than ``MIN_DISTINCT_X`` distinct x values are refused: the law has three p
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from scipy.optimize import least_squares
 
 LAWS = ("power",)
 MIN_DISTINCT_X = 4
-_FIT_KEYS = ("x", "y", "law")
+_FIT_KEYS = ("x", "y", "law", "per")
+# The x a fit is usually made against (summary columns; any config path works too):
+# n_params (arith.model.n_params), tokens (training tokens, steps x batch_size x sequence
+# length) and flops (training FLOPs, tokens x flops_per_token; arith.trainer.step_cost).
+# Table keys that x is computed from are coordinates of x, not groups of separate fits.
+X_SOURCES = {
+    "n_params": ("model.", "n_params", "flops_per_token"),
+    "n_params_non_embedding": ("model.", "n_params", "flops_per_token"),
+    "tokens": ("train.", "steps", "tokens"),
+    "flops": ("model.", "train.", "n_params", "flops_per_token", "steps", "tokens", "flops"),
+}
+PARAMS = ("E", "A", "alpha")
 HUBER_DELTA = 1e-3
 LEVEL = 0.9
 
@@ -31,14 +43,37 @@ class FitSpec:
     x: str
     y: str
     law: str = "power"
+    per: tuple[str, ...] | None = None
+    """Table keys to fit separately by (one law per combination of their values); None: the
+    table's row and column keys that x is not computed from (``group_keys``)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.per, str):
+            object.__setattr__(self, "per", (self.per,))
+        elif self.per is not None:
+            object.__setattr__(self, "per", tuple(self.per))
         for key in ("x", "y"):
             value = getattr(self, key)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{key}: expected a column name, but got {value!r}")
         if self.law not in LAWS:
             raise ValueError(f"law: must be one of {', '.join(LAWS)}, but got {self.law!r}")
+
+    @property
+    def fits_error(self) -> bool:
+        """A fraction that grows with scale (exact match, accuracy) is fitted as its error
+        ``1 - y``, which falls as the law does."""
+        return "exact_match" in self.y or "accuracy" in self.y
+
+    @property
+    def target(self) -> str:
+        """The fitted quantity as written in the equation: ``test/loss`` or
+        ``1 - test/exact_match``."""
+        return f"1 - {self.y}" if self.fits_error else self.y
+
+    def predict(self, fit: PowerLawFit, x: np.ndarray | float) -> np.ndarray:
+        """The fitted curve in the units of y (undoing ``1 - y`` for a fraction)."""
+        return 1 - fit.predict(x) if self.fits_error else fit.predict(x)
 
 
 def check_block(
@@ -62,8 +97,13 @@ def fit_spec_from_mapping(item: object, path: str) -> FitSpec | None:
     if item is None:
         return None
     check_block(item, path, _FIT_KEYS, ("x", "y"), "fit")
+    per = item.get("per")
+    if per is not None and not (
+        isinstance(per, list) and all(isinstance(k, str) and k for k in per)
+    ):
+        raise ValueError(f"{path}.per: expected a list of table keys, but got {per!r}")
     try:
-        return FitSpec(item["x"], item["y"], item.get("law", "power"))
+        return FitSpec(item["x"], item["y"], item.get("law", "power"), per)
     except ValueError as err:
         raise ValueError(f"{path}.{err}") from None
 
@@ -149,8 +189,9 @@ def _to_params(theta: np.ndarray, scale: float) -> tuple[float, float, float]:
     return float(np.exp(log_e)), float(np.exp(log_a + alpha * np.log(scale))), alpha
 
 
-def format_fit(fit: PowerLawFit, spec: FitSpec) -> str:
-    """The fit as table.md lines: the equation and each parameter with its 90 % interval."""
+def format_fit(fit: PowerLawFit, spec: FitSpec, group: str = "") -> str:
+    """The fit as a table.md line: the equation and each parameter with its 90 % interval
+    (``group``: the label of the group it was fitted on, if any)."""
     parts = [
         f"{name} = {value:.4g} [{lo:.4g}, {hi:.4g}]"
         for name, value, (lo, hi) in (
@@ -159,8 +200,75 @@ def format_fit(fit: PowerLawFit, spec: FitSpec) -> str:
             ("alpha", fit.alpha, fit.intervals["alpha"]),
         )
     ]
+    where = f" ({group})" if group else ""
     return (
-        f"_fit: {spec.y} = E + A * {spec.x}^(-alpha) over {fit.n_points} trials "
+        f"_fit{where}: {spec.target} = E + A * {spec.x}^(-alpha) over {fit.n_points} trials "
         f"({fit.n_x} distinct {spec.x}); {'; '.join(parts)} "
         f"({int(LEVEL * 100)} % bootstrap intervals)_"
     )
+
+
+def group_keys(spec: FitSpec, table_keys: Sequence[str]) -> list[str]:
+    """The keys whose value combinations get a fit each: ``spec.per``, else the table keys
+    other than x and those x is computed from (X_SOURCES): a table of n_params by
+    train.flops_budget fits one law per budget; one of d_model by n_layer, a single law."""
+    if spec.per is not None:
+        return list(spec.per)
+    sources = X_SOURCES.get(spec.x, ())
+    return [k for k in table_keys if k != spec.x and not k.startswith(sources)]
+
+
+@dataclass(frozen=True)
+class GroupFit:
+    """The fit of one group (``group``: key -> value, empty for a single fit), or why none."""
+
+    group: dict[str, object]
+    fit: PowerLawFit | None
+    error: str | None = None
+
+    def label(self) -> str:
+        return ", ".join(f"{k}={key_text(v)}" for k, v in self.group.items())
+
+
+def group_fits(trials: pd.DataFrame, spec: FitSpec, table_keys: Sequence[str]) -> list[GroupFit]:
+    """One GroupFit per combination of ``group_keys`` in ``trials`` (the table's selected trials,
+    in sorted order); ValueError when a column is missing."""
+    keys = group_keys(spec, table_keys)
+    missing = [k for k in (spec.x, spec.y, *keys) if k not in trials.columns]
+    if missing:
+        raise ValueError(f"fit: the trials have no column {missing[0]!r}")
+    parts = [((), trials)] if not keys else trials.groupby(keys, dropna=False, sort=True)
+    out = []
+    for values, part in parts:
+        values = values if isinstance(values, tuple) else (values,)
+        group = dict(zip(keys, values, strict=True))
+        x = pd.to_numeric(part[spec.x], errors="coerce").to_numpy()
+        y = pd.to_numeric(part[spec.y], errors="coerce").to_numpy()
+        y = 1 - y if spec.fits_error else y
+        try:
+            out.append(GroupFit(group, fit_power_law(x, y, x_name=spec.x)))
+        except ValueError as err:
+            out.append(GroupFit(group, None, str(err)))
+    return out
+
+
+def fit_columns(fit: PowerLawFit) -> dict[str, float]:
+    """The fit as flat columns (table.csv; MLflow metrics under a prefix): E, E_low, E_high,
+    A, ..., alpha_high, n_points."""
+    out: dict[str, float] = {}
+    for name in PARAMS:
+        low, high = fit.intervals[name]
+        out.update({name: getattr(fit, name), f"{name}_low": low, f"{name}_high": high})
+    out["n_points"] = float(fit.n_points)
+    return out
+
+
+def equation(fit: PowerLawFit, spec: FitSpec) -> str:
+    """``y = 0.41 + 12.3 * n_params^(-0.35)``: the fitted law in one short line."""
+    return f"{spec.target} = {fit.E:.3g} + {fit.A:.3g} * {spec.x}^(-{fit.alpha:.3g})"
+
+
+def key_text(value: object) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -14,13 +14,17 @@ matplotlib.use("Agg")
 
 import numpy as np
 import pandas as pd
+from matplotlib import ticker
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
+from sweeps.fits import FitSpec, GroupFit, equation
 from sweeps.tables import (
     TableSpec,
     build_table,
     format_key,
     primary_metric,
+    select_trials,
     varied_axes,
 )
 
@@ -30,6 +34,10 @@ BATCH_LR = ("train.batch_size", "optim.lr")
 # More distinct values than this on a heatmap axis (a random search's lr) get log-binned.
 MAX_LEVELS = 8
 MAX_LEGEND = 12
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+# Line styles cycled with colour, so flat curves lying on top of each other stay apart.
+LINE_STYLES = ("-", "--", ":", "-.")
+BUDGET = "train.flops_budget"
 
 
 def _is_fraction(metric: str) -> bool:
@@ -45,44 +53,163 @@ def _config_axes(trials: pd.DataFrame) -> list[str]:
     return [a for a in varied_axes(trials) if a != "train.seed"]
 
 
-def exact_match_vs_params(trials: pd.DataFrame, metric: str = "test/exact_match") -> Figure:
-    """Metric against parameter count (log x): a faint point per trial, mean ± std per config,
-    coloured by depth (or width) where the sweep varies it."""
-    fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+def exact_match_vs_params(
+    trials: pd.DataFrame,
+    metric: str = "test/exact_match",
+    *,
+    x: str = "n_params",
+    cells: Sequence[str] | None = None,
+    chosen: Sequence[str] = (),
+    fits: Sequence[GroupFit] = (),
+    fit_spec: FitSpec | None = None,
+) -> Figure:
+    """``metric`` against ``x`` (log axis, ticks as 10K / 1M): a faint point per trial and one
+    marker (mean ± std over seeds) per cell (``cells``: the keys that make one; default the
+    varied axes), coloured by depth (or width) where the sweep varies it. ``chosen``: the keys a
+    selected table chose per cell, shown by marker shape and named in the legend. ``fits``: the
+    fitted laws, drawn over the points with their equations."""
+    fig = Figure(figsize=(7.0, 4.8), layout="constrained")
     ax = fig.add_subplot()
-    data = trials.dropna(subset=["n_params", metric]).copy()
-    axes = _config_axes(data) or ["n_params"]
-    series_key = next((a for a in ("model.n_layer", "model.d_model") if a in axes), None)
+    data = trials.dropna(subset=[x, metric]).copy()
+    keys = list(cells) if cells else (_config_axes(data) or [x])
+    keys = list(dict.fromkeys([*keys, *chosen]))
+    # Fits per group: colour by the group's key, so each law sits on its own points.
+    grouped = next((k for g in fits for k in g.group), None)
+    series_key = grouped or next(
+        (a for a in ("model.n_layer", "model.d_model") if a in _config_axes(data)), None
+    )
     series = [None] if series_key is None else sorted(data[series_key].dropna().unique())
     colours = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.85, max(len(series), 1)))
+    shapes = _chosen_shapes(data, chosen)
     for colour, level in zip(colours, series, strict=False):
         part = data if level is None else data[data[series_key] == level]
-        ax.scatter(part["n_params"], part[metric], s=14, color=colour, alpha=0.35, linewidths=0)
-        groups = part.groupby(axes, dropna=False)
-        stats = pd.DataFrame(
-            {
-                "x": groups["n_params"].mean(),
-                "mean": groups[metric].mean(),
-                "std": groups[metric].std(ddof=1).fillna(0.0),
-            }
-        ).sort_values("x")
-        label = None if level is None else f"{_short(series_key)}={format_key(level)}"
-        # Join the means into a scaling curve only where size alone tells the configs apart.
-        style = "o-" if stats["x"].is_unique and len(stats) > 1 else "o"
-        ax.errorbar(
-            stats["x"], stats["mean"], yerr=stats["std"], fmt=style, color=colour,
-            capsize=3, markersize=6, lw=1, label=label,
-        )  # fmt: skip
+        ax.scatter(part[x], part[metric], s=14, color=colour, alpha=0.3, linewidths=0)
+        stats = _cell_stats(part, keys, x, metric)
+        # Join the means into a scaling curve only where size alone tells the cells apart.
+        if stats["x"].is_unique and len(stats) > 1:
+            ax.plot(stats["x"], stats["mean"], color=colour, lw=1, alpha=0.8)
+        for pick, marker in shapes.items():
+            rows = stats if pick is None else stats[stats["pick"] == pick]
+            if rows.empty:
+                continue
+            ax.errorbar(rows["x"], rows["mean"], yerr=rows["std"], fmt=marker, color=colour,
+                        capsize=3, markersize=7, lw=1)  # fmt: skip
+    handles = _legend_handles(series_key, series, colours, shapes, chosen)
+    by_level = dict(zip(series, colours, strict=False))
+    for group in fits:
+        if group.fit is None or fit_spec is None:
+            continue
+        colour = by_level.get(group.group.get(grouped), "black") if grouped else "black"
+        part = data[data[grouped] == group.group[grouped]] if grouped else data
+        grid = np.geomspace(part[x].min(), part[x].max(), 100)
+        where = f" [{group.label()}]" if group.group else ""
+        (line,) = ax.plot(grid, fit_spec.predict(group.fit, grid), "--", color=colour, lw=1.5,
+                          label=f"fit{where}: {equation(group.fit, fit_spec)}")  # fmt: skip
+        handles.append(line)
     ax.set_xscale("log")
-    ax.set_xlabel("parameters (n_params)")
+    _readable_log_ticks(ax.xaxis)
+    ax.set_xlabel(f"parameters ({x})" if x.startswith("n_params") else x)
     ax.set_ylabel(metric)
     if _is_fraction(metric):
         ax.set_ylim(-0.03, 1.03)
-    ax.grid(True, which="both", alpha=0.3)
-    n_configs = len(data.groupby(axes, dropna=False)) if len(data) else 0
-    ax.set_title(f"{metric} vs parameters ({len(data)} trials, {n_configs} configs)")
+    elif "loss" in metric and (data[metric] > 0).all() and len(data):
+        ax.set_yscale("log")
+        _readable_log_ticks(ax.yaxis)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.grid(True, which="minor", alpha=0.1)
+    n_cells = len(data.groupby(keys, dropna=False)) if len(data) else 0
+    ax.set_title(f"{metric} vs {x} ({len(data)} trials, {n_cells} cells)")
+    if handles and len(handles) <= MAX_LEGEND + 4:
+        ax.legend(handles=handles, fontsize="small", loc="best")
+    return fig
+
+
+def _cell_stats(part: pd.DataFrame, keys: list[str], x: str, metric: str) -> pd.DataFrame:
+    groups = part.groupby(keys, dropna=False)
+    stats = pd.DataFrame(
+        {
+            "x": groups[x].mean(),
+            "mean": groups[metric].mean(),
+            "std": groups[metric].std(ddof=1).fillna(0.0),
+        }
+    )
+    # A cell's chosen value is the last key of its index (the chosen keys come last).
+    stats["pick"] = [k[-1] if isinstance(k, tuple) else k for k in stats.index]
+    return stats.sort_values("x")
+
+
+def _chosen_shapes(data: pd.DataFrame, chosen: Sequence[str]) -> dict[object, str]:
+    """Marker per chosen value of the (last) chosen key; one shape without a choice."""
+    if not chosen:
+        return {None: "o"}
+    values = sorted(data[chosen[-1]].dropna().unique())
+    return {v: MARKERS[i % len(MARKERS)] for i, v in enumerate(values)}
+
+
+def _legend_handles(series_key, series, colours, shapes, chosen) -> list:
+    handles = []
     if series_key is not None and len(series) <= MAX_LEGEND:
-        ax.legend(title=None, fontsize="small")
+        for colour, level in zip(colours, series, strict=False):
+            label = f"{_short(series_key)}={format_key(level)}"
+            handles.append(Line2D([], [], color=colour, marker="o", lw=1, label=label))
+    if chosen and len(shapes) <= MAX_LEGEND:
+        for value, marker in shapes.items():
+            label = f"chosen {_short(chosen[-1])}={format_key(value)}"
+            handles.append(Line2D([], [], color="grey", marker=marker, ls="", label=label))
+    return handles
+
+
+def _short_number(value: float, _pos: object = None) -> str:
+    """Tick labels people read: 3K, 100K, 1.5M, 2G; 0.01, 0.5, 3 below a thousand."""
+    if value <= 0:
+        return f"{value:g}"
+    for size, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if value >= size:
+            return f"{value / size:g}{suffix}"
+    return f"{value:g}"
+
+
+def _readable_log_ticks(axis) -> None:
+    """A log axis labelled 10K, 30K, 100K (with minor labels where it spans a decade or less)."""
+    axis.set_major_formatter(ticker.FuncFormatter(_short_number))
+    low, high = axis.get_data_interval()
+    few_decades = low > 0 and high / low <= 100
+    axis.set_minor_locator(ticker.LogLocator(subs=(2.0, 3.0, 5.0)))
+    axis.set_minor_formatter(
+        ticker.FuncFormatter(_short_number) if few_decades else ticker.NullFormatter()
+    )
+
+
+def isoflop(trials: pd.DataFrame, metric: str | None = None) -> Figure:
+    """Final loss against parameters, one curve per ``train.flops_budget`` (mean over seeds),
+    each curve's minimum marked: the compute-optimal size per budget (Hoffmann et al. 2022)."""
+    metric = metric or next(
+        (m for m in ("test/loss", "val/loss") if m in trials and trials[m].notna().any()),
+        "val/loss",
+    )
+    fig = Figure(figsize=(7.0, 4.8), layout="constrained")
+    ax = fig.add_subplot()
+    data = trials.dropna(subset=["n_params", metric, BUDGET])
+    budgets = sorted(data[BUDGET].unique())
+    colours = matplotlib.colormaps["plasma"](np.linspace(0.0, 0.8, max(len(budgets), 1)))
+    for colour, budget in zip(colours, budgets, strict=False):
+        part = data[data[BUDGET] == budget]
+        curve = part.groupby("n_params")[metric].mean().sort_index()
+        label = f"{_short_number(float(budget))} FLOPs"
+        ax.plot(curve.index, curve.values, "o-", color=colour, lw=1.2, label=label)
+        best = curve.idxmin()
+        ax.plot([best], [curve[best]], "*", color=colour, markersize=16, markeredgecolor="black")
+    ax.set_xscale("log")
+    _readable_log_ticks(ax.xaxis)
+    if len(data) and (data[metric] > 0).all():
+        ax.set_yscale("log")
+        _readable_log_ticks(ax.yaxis)
+    ax.set_xlabel("parameters (n_params)")
+    ax.set_ylabel(f"final {metric}")
+    ax.set_title(f"isoFLOP: {metric} vs parameters per budget (★ = lowest)")
+    ax.grid(True, which="major", alpha=0.3)
+    if budgets:
+        ax.legend(title=BUDGET, fontsize="small")
     return fig
 
 
@@ -158,34 +285,39 @@ def training_curves(
     metrics: Sequence[str] = CURVE_METRICS,
     labels: Mapping[str, str] | None = None,
 ) -> Figure:
-    """Each metric against step, one line per trial (``curves``: trial_id, metric, step, value)."""
+    """Each metric against step, one panel per metric, one line per trial (``curves``:
+    trial_id, metric, step, value); colour and line style both vary, so curves that sit on
+    each other (a flat 0 or 1) stay apart; the legend goes below the panels."""
     present = [m for m in metrics if (curves["metric"] == m).any()] or list(metrics[:1])
-    fig = Figure(figsize=(6.0 * len(present), 4.2), layout="constrained")
-    axes = fig.subplots(1, len(present), squeeze=False)[0]
     trial_ids = sorted(curves["trial_id"].unique())
+    legend_rows = -(-min(len(trial_ids), MAX_LEGEND) // 2)
+    fig = Figure(figsize=(5.5 * len(present), 4.0 + 0.22 * legend_rows), layout="constrained")
+    axes = fig.subplots(1, len(present), squeeze=False)[0]
     colours = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9, max(len(trial_ids), 1)))
     for ax, metric in zip(axes, present, strict=True):
         rows = curves[curves["metric"] == metric]
-        for colour, trial_id in zip(colours, trial_ids, strict=False):
+        for i, (colour, trial_id) in enumerate(zip(colours, trial_ids, strict=False)):
             line = rows[rows["trial_id"] == trial_id].sort_values("step")
             if line.empty:
                 continue
             label = (labels or {}).get(trial_id, str(trial_id))
             marker = "o" if len(line) == 1 else None  # a trial that died after one report
-            ax.plot(line["step"], line["value"], color=colour, lw=1.2, alpha=0.85, label=label,
-                    marker=marker, markersize=4)  # fmt: skip
+            style = LINE_STYLES[i % len(LINE_STYLES)]
+            ax.plot(line["step"], line["value"], color=colour, lw=1.4, alpha=0.9, label=label,
+                    ls=style, marker=marker, markersize=4)  # fmt: skip
         if "loss" in metric and (rows["value"] > 0).all() and len(rows):
             ax.set_yscale("log")
+            _readable_log_ticks(ax.yaxis)
         if _is_fraction(metric):
             ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel("step")
         ax.set_ylabel(metric)
         ax.set_title(metric)
-        ax.grid(True, alpha=0.3)
+        ax.grid(True, which="major", alpha=0.3)
     if 0 < len(trial_ids) <= MAX_LEGEND:
-        fig.legend(
-            *axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize="x-small"
-        )
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center",
+                   ncols=min(len(trial_ids), 2 if len(present) == 1 else 3),
+                   fontsize="small")  # fmt: skip
     fig.suptitle(f"training curves ({len(trial_ids)} trials)")
     return fig
 
@@ -201,20 +333,62 @@ def trial_labels(trials: pd.DataFrame) -> dict[str, str]:
 
 
 def plots_for(
-    trials: pd.DataFrame, curves: pd.DataFrame, metric: str | None = None
+    trials: pd.DataFrame,
+    curves: pd.DataFrame,
+    metric: str | None = None,
+    specs: Sequence[TableSpec] = (),
+    fits: Mapping[str, list[GroupFit] | str] | None = None,
 ) -> dict[str, Figure]:
-    """The plots this sweep supports, by file stem; heatmaps only where both axes vary."""
+    """The plots this sweep supports, by file stem: heatmaps only where both axes vary; the
+    metric against parameters over the cells of the first selected table (with its fit where
+    it fits the metric against n_params); ``fit_<table>`` for every other fitted table; an
+    isoFLOP plot where ``train.flops_budget`` varies."""
     if metric is None or "exact_match" not in metric:
         metric = primary_metric(trials)
+    fits = fits or {}
     axes = varied_axes(trials)
     figures: dict[str, Figure] = {}
     has_metric = metric in trials.columns and trials[metric].notna().any()
+    shown = next((s for s in specs if s.select is not None and metric in s.values), None)
+    overlay = next((s for s in specs if s.fit and (s.fit.x, s.fit.y) == ("n_params", metric)), None)
+    shown = shown or overlay
     if has_metric and "n_params" in trials.columns and trials["n_params"].notna().any():
-        figures["exact_match_vs_params"] = exact_match_vs_params(trials, metric)
+        figures["exact_match_vs_params"] = _size_plot(trials, metric, "n_params", shown, fits)
+    for spec in specs:
+        if spec.fit is None or spec is overlay:
+            continue
+        if {spec.fit.x, spec.fit.y} <= set(trials.columns):
+            figures[f"fit_{spec.name}"] = _size_plot(trials, spec.fit.y, spec.fit.x, spec, fits)
     if has_metric and all(a in axes for a in WIDTH_DEPTH):
         figures["width_x_depth"] = width_depth_heatmap(trials, metric)
     if has_metric and all(a in axes for a in BATCH_LR):
         figures["batch_size_x_lr"] = batch_lr_heatmap(trials, metric)
+    if BUDGET in axes and "n_params" in trials.columns:
+        figures["isoflop"] = isoflop(trials)
     if len(curves):
         figures["training_curves"] = training_curves(curves, labels=trial_labels(trials))
     return figures
+
+
+def _size_plot(
+    trials: pd.DataFrame,
+    metric: str,
+    x: str,
+    spec: TableSpec | None,
+    fits: Mapping[str, list[GroupFit] | str],
+) -> Figure:
+    """``exact_match_vs_params`` over a table's selected cells, with its fits where they are of
+    this metric against this x."""
+    if spec is None:
+        return exact_match_vs_params(trials, metric, x=x)
+    groups = fits.get(spec.name)
+    drawn = spec.fit is not None and (spec.fit.x, spec.fit.y) == (x, metric)
+    return exact_match_vs_params(
+        select_trials(trials, spec),
+        metric,
+        x=x,
+        cells=[*spec.rows, *spec.columns] or None,
+        chosen=spec.select.over if spec.select is not None else (),
+        fits=groups if drawn and isinstance(groups, list) else (),
+        fit_spec=spec.fit if drawn else None,
+    )

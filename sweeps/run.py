@@ -123,7 +123,8 @@ def dry_run_text(spec: SweepSpec) -> str:
         shown = {**point, **{p: cfg.flat()[p] for p in spec.derived}}
         lines.append(
             f"  {_trial_numbers(i, len(points), s.num_samples)}  {_fmt_point(shown)}  "
-            f"n_params={size['n_params']:,}  flops~{size['total_flops']:.2e}"
+            f"n_params={size['n_params']:,}  steps={size['steps']:,}  "
+            f"flops~{size['total_flops']:.2e}"
         )
     note = " (sampled axes at their first value)" if sampled else ""
     lines.append(f"estimated training FLOPs in all: {total_flops:.2e}{note}")
@@ -220,7 +221,8 @@ def run_sweep(
 
 
 def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, float]) -> int:
-    from sweeps import collect
+    from sweeps import collect, scaling
+    from sweeps.convergence import improving_line
 
     start = time.perf_counter()
     parent_id, tracking_uri = tracker.parent_run_id, tracker.tracking_uri
@@ -233,11 +235,13 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
             return 1
         # The tables come from MLflow alone, as `python -m sweeps.table` rebuilds them.
         trials, curves = collect.trials_from_mlflow(tracking_uri, spec.name, parent_id)
+        trials = collect.with_convergence(trials, curves, spec.sweep.metric)
         axes = collect.swept_paths(spec.raw)
         paths = collect.write_outputs(
             trials, curves, spec.tables, out_dir, metric=spec.sweep.metric, axes=axes
         )
         collect.log_outputs_to_parent(tracker.client, parent_id, paths)
+        scaling.log_fits_to_parent(tracker.client, parent_id, trials, spec.tables)
         try:
             ui = _log_key_figures(spec, tracker, trials)
         except Exception as err:  # the figures are a view; the sweep's results are safe
@@ -258,6 +262,9 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
     best = best_trial(trials, spec.sweep.metric, spec.sweep.mode)
     if best is not None:
         print(_best_lines(spec, best, tracking_uri, out_dir))
+    improving = improving_line(trials)
+    if improving:
+        print(improving)
     if tracker.redone["trials"]:
         print(_redone_line(tracker.redone))
     return 1 if errors and errors == len(results) else 0
@@ -388,6 +395,7 @@ def build_tuner(
         resolve,
         describe,
         drain_timeout_s=wait_s,
+        metric=s.metric,
         model_dir=out_dir / "models",
     )
     progress = ProgressLine(spec.name, space.n_trials(spec), s.metric, s.mode)

@@ -103,6 +103,7 @@ class FitBlock:
     x: str
     y: str
     law: str = "power"  # checked by FitSpec
+    per: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -334,12 +335,18 @@ def _parse_tables(value: Any, paths: set[str]) -> tuple[Any, ...]:
         else:
             table = TableSpec(*(getattr(block, k) for k in TABLE_FIELDS))
         if block.fit is not None:
+            require(
+                block.fit.x in paths or block.fit.x in SUMMARY_KEYS,
+                f"{where}.fit.x",
+                f"expected a config path or a summary column (n_params, tokens, flops, ...), "
+                f"but got {block.fit.x!r}",
+            )
             try:
-                fit = FitSpec(block.fit.x, block.fit.y, block.fit.law)
+                fit = FitSpec(block.fit.x, block.fit.y, block.fit.law, block.fit.per)
+                table = dataclasses.replace(table, fit=fit)
             except ValueError as err:
-                key, _, message = str(err).partition(": ")
+                key, _, message = str(err).removeprefix("fit.").partition(": ")
                 raise SpecError(f"{where}.fit.{key}", message) from None
-            table = dataclasses.replace(table, fit=fit)
         tables.append(table)
     return tuple(tables)
 

@@ -109,6 +109,14 @@ class TableSpec:
         shared = sorted(set(self.rows) & set(self.columns))
         if shared:
             raise ValueError(f"table {self.name!r}: {shared[0]!r} is both a row and a column key")
+        if self.fit is not None and self.fit.per is not None:
+            stray = [k for k in self.fit.per if k not in {*self.rows, *self.columns}]
+            if stray or self.fit.x in self.fit.per:
+                bad = stray[0] if stray else self.fit.x
+                raise ValueError(
+                    f"fit.per: {bad!r} is not a row or column key other than x "
+                    f"(keys: {', '.join([*self.rows, *self.columns]) or 'none'})"
+                )
         if self.select is not None:
             keyed = sorted(set(self.select.over) & {*self.rows, *self.columns})
             if keyed:
@@ -170,7 +178,7 @@ def _spec_from_mapping(item: object, path: str, index: int) -> TableSpec:
             fit,
         )
     except ValueError as err:
-        sep = "." if str(err).startswith("select.") else ": "
+        sep = "." if str(err).startswith(("select.", "fit.")) else ": "
         raise ValueError(f"{path}{sep}{err}") from None
 
 
@@ -361,7 +369,11 @@ def format_key(value: object) -> str:
     if isinstance(value, bool | np.bool_):
         return str(bool(value))
     if isinstance(value, float | np.floating):
-        return str(int(value)) if float(value).is_integer() else f"{value:g}"
+        # 5e+08 rather than 500000000 for a budget; exact integers below a million as they are
+        short = f"{value:g}"
+        if float(value).is_integer() and (abs(value) < 1e6 or float(short) != value):
+            return str(int(value))
+        return short
     return str(value)
 
 
@@ -403,8 +415,9 @@ def format_cell(stats: Mapping[str, float], value: str, aggregate: str) -> str:
     return f"{mean} ± {format_number(stats['std'], integer)} ({count})"
 
 
-def to_markdown(table: pd.DataFrame, spec: TableSpec) -> str:
-    """The built table as a GitHub markdown table (no dependency on ``tabulate``)."""
+def to_markdown(table: pd.DataFrame, spec: TableSpec, budget: str = BUDGET_KEY) -> str:
+    """The built table as a GitHub markdown table (no dependency on ``tabulate``); ``budget``:
+    the key the footnote of still-improving cells says to raise."""
     row_names = list(spec.rows) or [""]
     combos = column_combos(table, spec)
     chosen = spec.select.over if spec.select is not None else ()
@@ -438,12 +451,12 @@ def to_markdown(table: pd.DataFrame, spec: TableSpec) -> str:
                 cells.append(MISSING if _is_missing(pick) else format_key(pick))
         body.append(cells)
     text = render_markdown(header, body, n_left=len(row_names))
-    return text + "\n\n" + IMPROVING_NOTE if marked else text
+    return text + "\n\n" + IMPROVING_NOTE.format(budget=budget) if marked else text
 
 
 IMPROVING_NOTE = (
-    f"_↑: a trial of this cell was still improving when training stopped (its monitored metric "
-    f"rose over its last evaluations): the cell is budget-limited; raise {BUDGET_KEY}._"
+    "_↑: a trial of this cell was still improving when training stopped (its monitored metric "
+    "rose over its last evaluations): the cell is budget-limited; raise {budget}._"
 )
 
 

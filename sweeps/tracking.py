@@ -28,6 +28,7 @@ import yaml
 from ray.tune import Callback
 
 from arith.trainer import SUMMARY_KEYS
+from sweeps.convergence import CONVERGENCE_TAG
 from sweeps.outbox import Outbox, one_line
 
 # Reported keys without a namespace that are still training metrics (the rest are Tune's own).
@@ -84,6 +85,7 @@ class MLflowTracker(Callback):
         describe: Callable[[Any], dict[str, Any]] | None = None,
         drain_timeout_s: float = 60.0,
         model_dir: Path | None = None,
+        metric: str | None = None,
     ) -> None:
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
@@ -92,6 +94,8 @@ class MLflowTracker(Callback):
         self.drain_timeout_s = drain_timeout_s
         # Where each finished trial's model is copied out of Tune's storage before its upload.
         self.model_dir = model_dir
+        # The sweep metric, whose history decides a trial's convergence tag where it has one.
+        self.metric = metric
         self.parent_run_id: str | None = None
         # trial_id -> {run_id, steps: {key: last step logged}, summary, status, params}
         self.trials: dict[str, dict[str, Any]] = {}
@@ -372,8 +376,14 @@ class MLflowTracker(Callback):
             summary = {k: float(sizes[k]) for k in SUMMARY_KEYS if k in sizes}
         last = trial.last_result or {}
         step = max(state["steps"].values(), default=0)
+        # describe() plans the whole run; what was spent is the steps actually trained.
+        for key in ("steps", "tokens", "flops"):
+            summary.pop(key, None)
         if step > 0:
             summary["steps"] = float(step)
+            if self.describe is not None:
+                summary["tokens"] = float(step * sizes["tokens_per_step"])
+                summary["flops"] = float(step * sizes["flops_per_step"])
         if isinstance(last.get("time_total_s"), int | float):
             summary["wall_time_s"] = float(last["time_total_s"])
         summary = {k: v for k, v in summary.items() if math.isfinite(v)}
@@ -402,9 +412,11 @@ class MLflowTracker(Callback):
             tags = {**(tags or {}), "sweep.status": status}
 
         def end() -> None:
-            if tags:
-                run_tags = [RunTag(k, v) for k, v in tags.items()]
-                self.client.log_batch(state["run_id"], tags=run_tags)
+            # The metric writes before this one are delivered (the outbox keeps order), so
+            # the run's history in MLflow is the whole curve the label is read from.
+            label = self._convergence(state["run_id"], status, state.get("stopped_reason"))
+            run_tags = [RunTag(k, v) for k, v in {**(tags or {}), CONVERGENCE_TAG: label}.items()]
+            self.client.log_batch(state["run_id"], tags=run_tags)
             self.client.set_terminated(state["run_id"], status=run_status)
 
         self.outbox.send(f"end of {trial_id}", end)
@@ -428,6 +440,24 @@ class MLflowTracker(Callback):
             f"model of {trial.trial_id}",
             lambda: self.client.log_artifacts(state["run_id"], str(folder), "model"),
         )
+
+    def _convergence(self, run_id: str, status: str, stopped_reason: str | None) -> str:
+        """The trial's sweeps.convergence label, from its metric history in MLflow."""
+        import pandas as pd
+
+        from sweeps.convergence import MONITORED, classify, monitored_metric
+
+        records = [
+            (name, m.step, m.value)
+            for name in dict.fromkeys([self.metric, *MONITORED])
+            if name is not None
+            for m in self.client.get_metric_history(run_id, name)
+        ]
+        curves = pd.DataFrame.from_records(records, columns=["metric", "step", "value"])
+        name = monitored_metric(curves, self.metric)
+        rows = curves[curves["metric"] == name]
+        history = list(zip(rows["step"], rows["value"], strict=True))
+        return classify(history, status, stopped_reason, metric=name or "val/exact_match")
 
     def _log_text(self, run_id: str, text: str, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:

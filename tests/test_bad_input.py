@@ -277,6 +277,8 @@ BAD_SETS = [
     "sweep.metric=test/nope", "sweep.scheduler.name=hyperband", "base.train.max_steps=[1,2]",
     "sweep.resources=4", "base.model=7", "space=[1]", "sweep.mode=!!python/name:os.system",
     "base.train.max_steps=" + "9" * 5000, "space.model.d_model=" + "[" * 1000,
+    "base.train.flops_budget=1e9", "base.train.tokens_budget=-5", "table.fit.x=nope",
+    "table.fit={x: n_params, y: val/loss, per: [model.nope]}",
 ]  # fmt: skip
 FLAGS = ["--frobnicate", "-x", "--sett", "--out", "--set", "--tracking-uri", "--storage", "--"]
 

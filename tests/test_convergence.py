@@ -8,7 +8,13 @@ import pandas as pd
 import pytest
 
 from sweeps.collect import with_convergence
-from sweeps.convergence import classify, convergence_column, monitored_metric
+from sweeps.convergence import (
+    budget_key,
+    classify,
+    convergence_column,
+    improving_line,
+    monitored_metric,
+)
 from sweeps.tables import TableSpec, build_table, to_markdown
 
 STEPS = [100, 200, 300, 400, 500, 600]
@@ -100,3 +106,28 @@ def test_markdown_marks_still_improving_cells_with_a_footnote():
     assert text.count("↑") == 2  # one marked cell + the footnote
     unmarked = to_markdown(build_table(trials.drop(columns="convergence"), spec), spec)
     assert "↑" not in unmarked
+
+
+def test_end_of_run_line_names_the_budget_key_the_trials_used():
+    trials, curves = _frames()
+    trials = with_convergence(trials, curves)
+    assert improving_line(trials) == (
+        "still improving: 1 of 4 trials were still improving when they stopped "
+        "(budget-limited); raise train.max_steps to see where they level off"
+    )
+    assert budget_key(trials.assign(**{"train.flops_budget": 1e12})) == "train.flops_budget"
+    assert budget_key(trials.assign(**{"train.tokens_budget": [None, 1e6, None, None]})) == (
+        "train.tokens_budget"
+    )
+    assert improving_line(trials[trials["convergence"] != "still_improving"]) is None
+    budgeted = trials.assign(**{"train.flops_budget": 1e12})
+    spec = TableSpec(rows=("model.d_model",), values=("test/exact_match",))
+    text = to_markdown(build_table(budgeted, spec), spec, budget_key(budgeted))
+    assert text.splitlines()[-1].endswith("raise train.flops_budget._")
+
+
+def test_a_tag_from_mlflow_wins_and_gaps_are_computed():
+    trials, curves = _frames()
+    trials.insert(3, "convergence", ["still_improving", None, None, None])
+    labels = with_convergence(trials, curves)["convergence"].tolist()
+    assert labels == ["still_improving", "still_improving", "diverged", "unknown"]

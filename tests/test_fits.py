@@ -1,14 +1,17 @@
-"""sweeps.fits: a power law recovered from synthetic noisy data; the too-few-points refusal."""
+"""sweeps.fits and sweeps.scaling: a power law recovered from synthetic noisy data, the
+too-few-points refusal, fits per group and where they are written."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
+from mlflow import MlflowClient
 
 from sweeps.collect import render_tables
-from sweeps.fits import fit_power_law
-from sweeps.tables import table_specs_from_block
+from sweeps.fits import fit_power_law, group_keys
+from sweeps.scaling import fit_metrics, log_fits_to_parent, table_fits, with_fit_columns
+from sweeps.tables import summarise, table_specs_from_block
 
 X = np.repeat([1e4, 3e4, 1e5, 3e5, 1e6, 3e6], 3)
 
@@ -68,3 +71,73 @@ def test_fit_under_the_table_in_table_md():
 def test_fit_block_errors(fit, message):
     with pytest.raises(ValueError, match=message):
         table_specs_from_block({"values": ["test/loss"], "fit": fit})
+
+
+def _budget_trials() -> pd.DataFrame:
+    """Two budgets x 6 sizes x 3 seeds; loss falls as n_params^-0.3 under 1e12, ^-0.5 over."""
+    alphas = {1e12: 0.3, 1e13: 0.5}
+    rows = []
+    for budget, alpha in alphas.items():
+        rng = np.random.default_rng(int(budget) % 97)
+        for x in X:
+            loss = (0.5 + 1e4**alpha * x ** (-alpha)) * np.exp(rng.normal(0, 0.02))
+            rows.append({"train.flops_budget": budget, "n_params": x, "test/loss": loss})
+    return pd.DataFrame(rows)
+
+
+def test_one_fit_per_group_of_the_remaining_keys_in_md_csv_and_mlflow_names():
+    trials = _budget_trials()
+    block = {
+        "name": "iso",
+        "rows": ["n_params"],
+        "columns": ["train.flops_budget"],
+        "values": ["test/loss"],
+        "fit": {"x": "n_params", "y": "test/loss"},
+    }
+    (spec,) = table_specs_from_block(block)
+    assert group_keys(spec.fit, ["n_params", "train.flops_budget"]) == ["train.flops_budget"]
+    fits = table_fits(trials, [spec])["iso"]
+    assert [g.group for g in fits] == [{"train.flops_budget": 1e12}, {"train.flops_budget": 1e13}]
+    assert [round(g.fit.alpha, 1) for g in fits] == [0.3, 0.5]
+    text = render_tables(trials, [spec], {"iso": fits})
+    assert "_fit (train.flops_budget=1e+12): test/loss = E + A * n_params^(-alpha)" in text
+    csv = with_fit_columns(summarise(trials, spec), fits)
+    low = csv[csv["train.flops_budget"] == 1e12]
+    assert low["fit:alpha"].round(1).unique().tolist() == [0.3]
+    assert (low["fit:alpha_low"] < low["fit:alpha"]).all() and (low["fit:n_points"] == 18).all()
+    metrics = fit_metrics({"iso": fits})
+    assert round(metrics["fit/iso/train.flops_budget_1e_12/alpha"], 1) == 0.3
+    assert {
+        "fit/iso/train.flops_budget_1e_13/alpha_high",
+        "fit/iso/train.flops_budget_1e_13/E",
+    } <= set(metrics)
+    # x computed from the keys (shape, budget): one fit over every cell, unless per says so
+    (single,) = table_specs_from_block({**block, "fit": {"x": "flops", "y": "test/loss"}})
+    assert group_keys(single.fit, ["model.d_model", "train.flops_budget", "n_params"]) == []
+    per = {**block, "fit": {"x": "n_params", "y": "test/loss", "per": []}}
+    (one,) = table_specs_from_block(per)
+    assert len(table_fits(trials, [one])["iso"]) == 1
+
+
+def test_fit_per_must_name_a_table_key_other_than_x():
+    block = {"rows": ["n_params"], "values": ["test/loss"]}
+    with pytest.raises(ValueError, match=r"^table\.fit\.per: 'model\.n_layer' is not a row"):
+        table_specs_from_block(
+            {**block, "fit": {"x": "n_params", "y": "l", "per": ["model.n_layer"]}}
+        )
+    with pytest.raises(ValueError, match=r"^table\.fit\.per: expected a list"):
+        table_specs_from_block({**block, "fit": {"x": "n_params", "y": "l", "per": 3}})
+
+
+def test_log_fits_to_parent_run(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.create_run(client.create_experiment("fits"))
+    (spec,) = table_specs_from_block(
+        {"name": "size", "rows": ["n_params"], "values": ["test/loss"],
+         "fit": {"x": "n_params", "y": "test/loss"}}
+    )  # fmt: skip
+    trials = pd.DataFrame({"n_params": X, "test/loss": _noisy(0.35, seed=2)})
+    logged = log_fits_to_parent(client, run.info.run_id, trials, [spec])
+    stored = client.get_run(run.info.run_id).data.metrics
+    assert stored == pytest.approx(logged)
+    assert stored["fit/size/alpha_low"] < stored["fit/size/alpha"] < stored["fit/size/alpha_high"]

@@ -173,6 +173,11 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         (None, ["missing.yaml"], "error: spec: cannot read 'missing.yaml'"),
         ({"space/model.d_model": []}, [], "error: space.model.d_model: expected a non-empty list"),
         ({}, ["--set", "base.model.n_layer=-3"], "error: base.model.n_layer: "),
+        (
+            {},
+            ["--set", "base.train.flops_budget=1e9"],  # GOOD sets train.max_steps too
+            "error: base.train.flops_budget: cannot be combined with train.max_steps; ",
+        ),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, spec, args, expected):
@@ -189,3 +194,22 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, spec, args, expected):
     assert lines[0].startswith(expected), lines[0]
     assert not (tmp_path / "mlflow.db").exists()
     assert not (tmp_path / "results").exists()
+
+
+def test_dry_run_shows_each_trials_steps_from_a_flops_budget():
+    from arith.trainer import planned_steps
+    from sweeps.run import dry_run_text
+    from sweeps.space import resolve_run_config
+
+    spec = load_spec(
+        ROOT / "search_spaces" / "smoke.yaml",
+        ["base.train.max_steps=null", "base.train.flops_budget=2e9", "space.train.seed=[0]"],
+    )
+    lines = dry_run_text(spec).splitlines()
+    steps = {}
+    for d_model in (16, 32):
+        config = resolve_run_config(spec.base, {"model.d_model": d_model}, spec.derived)
+        steps[d_model] = planned_steps(config)
+        (line,) = [x for x in lines if f"model.d_model={d_model} " in x]
+        assert f"steps={steps[d_model]:,} " in line
+    assert steps[16] > steps[32] > 1  # compute-matched: the smaller model trains longer

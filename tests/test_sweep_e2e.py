@@ -1,4 +1,8 @@
-"""The real command on the tests' tiny sweep: ``python -m sweeps.run search_spaces/smoke.yaml``."""
+"""The real command on the tests' tiny sweep: ``python -m sweeps.run search_spaces/smoke.yaml``.
+
+Its sweep metric is set to ``val/loss``, which after 30 steps is still falling for every trial:
+each run's convergence tag, the table's marks and the end-of-run line say so.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from mlflow import MlflowClient
@@ -36,6 +41,8 @@ def sweep(tmp_path_factory):
             str(tmp / "out"),
             "--tracking-uri",
             uri,
+            "--set=sweep.metric=val/loss",
+            "--set=sweep.mode=min",
         ],
         cwd=tmp,
         capture_output=True,
@@ -230,3 +237,32 @@ def test_parent_run_carries_the_sweep_and_the_ui_opens_on_it(sweep):
         "params.`model.d_model`", "params.`train.seed`", "metrics.`val/exact_match`"
     ]  # fmt: skip
     assert "workflowType=machine_learning" in address
+
+
+def test_convergence_tag_table_marks_and_end_of_run_line(sweep):
+    _, runs = _runs(sweep["uri"])
+    children = [r for r in runs if r.data.tags.get("sweep.role") == "trial"]
+    tags = {r.data.tags["sweep.trial_id"]: r.data.tags["sweep.convergence"] for r in children}
+    assert set(tags.values()) == {"still_improving"}, tags  # val/loss falls to the last step
+    trials = pd.read_csv(sweep["out"] / "trials.csv")
+    assert dict(zip(trials["trial_id"], trials["convergence"], strict=True)) == tags
+    stdout = sweep["result"].stdout
+    assert " ↑ |" in stdout and "raise train.max_steps" in stdout
+    assert stdout.rstrip().splitlines()[-1] == (
+        "still improving: 4 of 4 trials were still improving when they stopped "
+        "(budget-limited); raise train.max_steps to see where they level off"
+    )
+
+
+def test_table_command_rebuilds_the_same_outputs_from_mlflow(sweep, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeps.table", str(sweep["out"]), "--tracking-uri",
+         sweep["uri"], "--out", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rebuilt = tmp_path / "smoke"
+    for name in ("table.md", "table.csv", "trials.csv"):
+        assert (rebuilt / name).read_text() == (sweep["out"] / name).read_text(), name
+    assert (rebuilt / "table.md").read_text() in result.stdout

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from sweeps import plots
+from sweeps.scaling import table_fits
 from sweeps.tables import (
     TableSpec,
     build_table,
@@ -241,3 +242,66 @@ def test_batch_lr_heatmap_bins_a_random_search_lr(tmp_path):
     assert "log-binned" in axes.get_xlabel()
     assert len(axes.get_xticks()) <= plots.MAX_LEVELS
     figures["batch_size_x_lr"].savefig(tmp_path / "lr.png")
+
+
+def _lr_trials() -> pd.DataFrame:
+    """_trials at two learning rates: 3e-3 is better (by 0.05) for depth 2, 1e-3 for depth 1."""
+    frames = []
+    for lr, sign in ((1e-3, 1), (3e-3, -1)):
+        frame = _trials().assign(**{"optim.lr": lr})
+        frame[METRIC] += 0.05 * sign * np.where(frame["model.n_layer"] == 1, 1, -1)
+        frame["val/exact_match"] = frame[METRIC]
+        frame["trial_id"] = [f"{t}-{lr:g}" for t in frame["trial_id"]]
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_size_plot_of_selected_cells_with_the_fit_and_its_equation(tmp_path):
+    block = {
+        "rows": ["model.d_model", "model.n_layer"],
+        "values": [METRIC],
+        "select": {"over": ["optim.lr"], "by": "val/exact_match"},
+        "fit": {"x": "n_params", "y": METRIC},
+    }
+    (spec,) = table_specs_from_block(block)
+    trials = _lr_trials()
+    figures = plots.plots_for(trials, pd.DataFrame(columns=["trial_id", "metric", "step", "value"]),
+                              METRIC, [spec], table_fits(trials, [spec]))  # fmt: skip
+    assert set(figures) == {"exact_match_vs_params", "width_x_depth"}  # the fit drawn in it
+    ax = figures["exact_match_vs_params"].axes[0]
+    labels = ax.get_legend_handles_labels()[1] + [t.get_text() for t in ax.get_legend().texts]
+    assert "chosen lr=0.001" in labels and "chosen lr=0.003" in labels
+    # exact match rises with size: the law is fitted to its error, 1 - exact match
+    assert any(label.startswith(f"fit: 1 - {METRIC} = ") for label in labels)
+    assert "4 cells" in ax.get_title()  # one marker per selected cell, not per lr
+    figures["exact_match_vs_params"].savefig(tmp_path / "size.png", dpi=80)
+    formatter = ax.xaxis.get_major_formatter()
+    assert [formatter(v) for v in (3e4, 1e5, 2.5e6)] == ["30K", "100K", "2.5M"]
+
+
+def test_isoflop_plot_marks_each_budgets_lowest_loss():
+    rows = []
+    for budget, best in ((1e12, 2e4), (1e13, 8e4)):
+        for n_params in (1e4, 2e4, 4e4, 8e4, 1.6e5):
+            loss = 1.0 + (np.log(n_params / best)) ** 2
+            rows.append({"trial_id": f"{budget:g}-{n_params:g}", "train.flops_budget": budget,
+                         "n_params": n_params, "val/loss": loss, METRIC: 0.5})  # fmt: skip
+    trials = pd.DataFrame(rows)
+    figures = plots.plots_for(trials, pd.DataFrame(columns=["trial_id", "metric", "step", "value"]))
+    ax = figures["isoflop"].axes[0]
+    stars = [line for line in ax.get_lines() if line.get_marker() == "*"]
+    assert sorted(float(s.get_xdata()[0]) for s in stars) == [2e4, 8e4]
+    assert [t.get_text() for t in ax.get_legend().texts] == ["1T FLOPs", "10T FLOPs"]
+
+
+def test_training_curves_legend_below_and_line_styles_apart():
+    curves = pd.DataFrame(
+        [(f"t{i}", m, step, 1.0) for i in range(4) for m in ("val/exact_match", "train/loss")
+         for step in (0, 10, 20)],
+        columns=["trial_id", "metric", "step", "value"],
+    )  # fmt: skip
+    figure = plots.training_curves(curves)
+    assert len(figure.axes) == 2  # one panel per metric
+    styles = {line.get_linestyle() for line in figure.axes[0].get_lines()}
+    assert len(styles) == 4  # four flat lines on top of each other, each its own style
+    assert figure.legends and figure.legends[0]._loc == 8  # lower center, outside the axes

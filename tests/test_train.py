@@ -10,7 +10,15 @@ import torch
 
 from arith import checkpoint as ckpt
 from arith import config as config_lib
-from arith.trainer import describe, reported_metrics, train
+from arith.formats import build_format
+from arith.trainer import (
+    DEFAULT_MAX_STEPS,
+    describe,
+    planned_steps,
+    reported_metrics,
+    step_cost,
+    train,
+)
 
 TINY = [
     "task.n_digits=2",
@@ -182,3 +190,59 @@ def test_without_early_stopping_the_last_weights_are_final(tmp_path):
     summary = train(tiny("train.max_steps=10"), checkpoint_dir=tmp_path)
     assert summary["final_weights"] == "last" and summary["final_weights_step"] == 10
     assert ckpt.read_model(tmp_path)["weights"] == "last"
+
+
+def test_budgets_derive_the_step_count_from_the_cost_of_a_step():
+    cost = step_cost(tiny())
+    assert cost["flops"] == cost["tokens"] * cost["flops_per_token"]
+    assert cost["tokens"] == 32 * build_format(tiny().format, tiny().task).max_seq_len()
+    assert planned_steps(tiny()) == DEFAULT_MAX_STEPS
+    assert planned_steps(tiny("train.flops_budget=" + str(cost["flops"] * 7))) == 7
+    assert planned_steps(tiny("train.flops_budget=" + str(cost["flops"] * 7 + 1))) == 8
+    assert planned_steps(tiny(f"train.tokens_budget={cost['tokens'] * 12 - 5}")) == 12
+    # A wider model costs more per step: the same budget buys it fewer steps.
+    budget = f"train.flops_budget={cost['flops'] * 40}"
+    wide = tiny(budget, "model.d_model=64")
+    assert planned_steps(wide) < 40 == planned_steps(tiny(budget))
+    sizes = describe(wide)
+    assert sizes["steps"] == planned_steps(wide)
+    assert sizes["flops"] == sizes["steps"] * sizes["flops_per_step"]
+    assert {"tokens", "flops"} <= reported_metrics(wide)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["train.max_steps=30", "train.flops_budget=1e9"], r"^train\.flops_budget: cannot be .*"),
+        (["train.flops_budget=1e9", "train.tokens_budget=1e5"], r"^train\.tokens_budget: canno"),
+        (["train.epochs=2", "train.tokens_budget=1e5"], r"^train\.tokens_budget: .*epochs"),
+        (["train.flops_budget=0"], r"^train\.flops_budget: must be > 0"),
+    ],
+)
+def test_a_budget_with_another_length_is_refused(overrides, message):
+    with pytest.raises(config_lib.ConfigError, match=message):
+        tiny(*overrides)
+
+
+def test_a_budgeted_run_trains_the_derived_steps():
+    cost = step_cost(tiny())
+    summary = train(tiny(f"train.flops_budget={cost['flops'] * 12.5}"))
+    assert summary["steps"] == 13  # ceil(12.5)
+    assert summary["tokens"] == 13 * cost["tokens"]
+    assert summary["flops"] == 13 * cost["flops"]
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "train.eval_every=0",
+        "train.patience=0",
+        "train.min_steps=-1",
+        "train.epochs=0",
+        "train.train_eval_size=0",
+    ],
+)
+def test_out_of_range_train_keys_are_config_errors(override):
+    key = override.split("=")[0]
+    with pytest.raises(config_lib.ConfigError, match=key.replace(".", r"\.")):
+        config_lib.load(None, [override])
