@@ -138,7 +138,8 @@ def test_says_it_is_starting_ray(sweep):
 
 def test_trials_csv_starts_with_id_status_axes_and_metric(sweep):
     header = (sweep["out"] / "trials.csv").read_text().splitlines()[0].split(",")
-    assert header[:5] == ["trial_id", "status", "model.d_model", "train.seed", "val/exact_match"]
+    metric = "val/loss"  # the fixture's --set sweep.metric
+    assert header[:5] == ["trial_id", "status", "model.d_model", "train.seed", metric]
 
 
 def test_dry_run_numbers_are_tunes_trial_ids(sweep):
@@ -222,19 +223,19 @@ def test_parent_run_carries_the_sweep_and_the_ui_opens_on_it(sweep):
     assert parent.data.params["model.d_model"] == "[16, 32]"
     assert parent.data.params["train.seed"] == "[0, 1]"
     assert parent.data.metrics["trials/total"] == 4 == parent.data.metrics["trials/terminated"]
-    best_id = parent.data.tags["sweep.best_run_id"]
-    best = client.get_run(best_id)
+    metric, pick = "val/loss", min  # the fixture's --set sweep.metric and sweep.mode
+    best = client.get_run(parent.data.tags["sweep.best_run_id"])
     children = [r for r in runs if r.data.tags.get("sweep.role") == "trial"]
-    top = max(c.data.metrics["val/exact_match"] for c in children)
-    assert best.data.metrics["val/exact_match"] == top
-    assert parent.data.metrics["best/val/exact_match"] == top
+    top = pick(c.data.metrics[metric] for c in children)
+    assert best.data.metrics[metric] == top
+    assert parent.data.metrics[f"best/{metric}"] == top
     experiment = client.get_experiment(parent.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     address = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("open the"))
     key = address.split("viewStateShareKey=")[1]
     view = json.loads(experiment.tags[f"mlflow.sharedViewState.{key}"])
     assert view["selectedColumns"][:3] == [
-        "params.`model.d_model`", "params.`train.seed`", "metrics.`val/exact_match`"
+        "params.`model.d_model`", "params.`train.seed`", f"metrics.`{metric}`"
     ]  # fmt: skip
     assert "workflowType=machine_learning" in address
 
