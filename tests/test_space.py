@@ -195,4 +195,4 @@ def test_trainable_reports_numbers_only():
     last = summary_report(
         {"steps": 10, "stopped_reason": "early_stopping", "train/steps_to_100pct": None}
     )
-    assert last == {"steps": 10, "stopped_reason": "early_stopping"}
+    assert last == {"steps": 10, "stopped_reason": "early_stopping", "final_weights": "last"}
