@@ -6,12 +6,16 @@
   (``sweep.json``, ``spec.yaml``), so a resumed sweep finds them even without Tune's state.
 - ``parent_to_resume``: the parent run a ``--resume`` continues (the saved id, else the newest
   unfinished parent of the experiment), or a one-line reason why there is nothing to resume.
+- ``repair_snapshot``: trials whose snapshot names a deleted checkpoint restore from one that
+  exists, or start again (``sweeps.snapshot``).
+- ``attach``: the resumed sweep's tracker, with the MLflow writes a killed driver left waiting.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +82,20 @@ def start_parent(tracker, spec: SweepSpec, out_dir: Path) -> str:
     """A new sweep's parent run; its id and the spec are saved in ``out_dir`` for --resume."""
     parent_id = tracker.start_parent(spec.to_yaml())
     out_dir.mkdir(parents=True, exist_ok=True)
+    if tracker.journal is not None:  # an earlier sweep's undelivered writes are not this one's
+        tracker.journal.unlink(missing_ok=True)
     (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
     state = {"parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
     _write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
     return parent_id
+
+
+def attach(tracker, parent_id: str) -> None:
+    """Continue the parent run, first delivering the writes a killed driver left waiting."""
+    tracker.attach(parent_id)
+    replayed = tracker.replay()
+    if replayed:
+        print(f"mlflow: {replayed} writes left waiting by the last run replayed", file=sys.stderr)
 
 
 def parent_to_resume(
@@ -111,6 +125,17 @@ def parent_to_resume(
             f"{parent.info.run_id}); nothing to resume"
         )
     return parent.info.run_id
+
+
+def repair_snapshot(spec: SweepSpec, out_dir: Path, storage: str | None) -> dict[str, str]:
+    """Point trials whose snapshot names a deleted checkpoint at one that exists
+    (``sweeps.snapshot``); {what: what was done}. Local storage only."""
+    from sweeps import snapshot
+
+    if storage and "://" in storage:
+        return {}
+    root = Path(storage).expanduser().resolve() if storage else out_dir / "ray"
+    return snapshot.repair(root / spec.name)
 
 
 def _tune_can_restore(experiment_dir: str | Path) -> bool:

@@ -24,6 +24,9 @@ from sweeps.cli import ArgumentParser
 from sweeps.outbox import one_line
 from sweeps.spec import SweepSpec, load_spec
 
+# MLflow writes waiting for an unreachable tracking server (sweeps.outbox), beside the outputs.
+JOURNAL_FILE = "mlflow_outbox.jsonl"
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(prog="python -m sweeps.run", description=__doc__.split("\n\n")[1])
@@ -171,6 +174,8 @@ def run_sweep(
         if resume:
             parent_id = resuming.parent_to_resume(spec, out_dir, tracking_uri, storage=storage)
             resuming.quiet_stale_checkpoints()
+            for name, what in resuming.repair_snapshot(spec, out_dir, storage).items():
+                print(f"{name}: {what}", file=sys.stderr)
         else:
             parent_id = None
             # Never two sweeps in one folder: continue the earlier one, or clear it first.
@@ -204,7 +209,7 @@ def run_sweep(
     # processes: do both at once.
     with ThreadPoolExecutor(max_workers=1) as pool:
         if parent_id is not None:
-            parent = pool.submit(tracker.attach, parent_id)
+            parent = pool.submit(resuming.attach, tracker, parent_id)
         else:
             parent = pool.submit(resuming.start_parent, tracker, spec, out_dir)
         if started_ray and not address:
@@ -353,8 +358,8 @@ def _undelivered(tracker, out_dir: Path) -> str:
     outbox = tracker.outbox
     return (
         f"mlflow at {tracker.tracking_uri} still unreachable {tracker.drain_timeout_s:.0f} s "
-        f"after the sweep ({outbox.last_error}); {len(outbox.pending)} writes not delivered; "
-        f"checkpoints are in {out_dir / 'ray'}"
+        f"after the sweep ({outbox.last_error}); {len(outbox.pending)} writes not delivered, "
+        f"kept in {outbox.journal}: run again with --resume once it is back"
     )
 
 
@@ -396,6 +401,7 @@ def build_tuner(
         describe,
         drain_timeout_s=wait_s,
         metric=s.metric,
+        journal=out_dir / JOURNAL_FILE,
         model_dir=out_dir / "models",
     )
     progress = ProgressLine(spec.name, space.n_trials(spec), s.metric, s.mode)

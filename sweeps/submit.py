@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from sweeps import auth
 from sweeps.cli import ArgumentParser
 from sweeps.cluster import PROJECT_ROOT, ClusterError, project_runtime_env
 from sweeps.spec import load_spec
@@ -50,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     # Validate here first: a mistake is one line and exit 2 without touching the cluster.
     load_spec(args.spec, args.overrides)
     entrypoint = job_entrypoint(args)
-    client = _client(job_address(args.address))
+    address = job_address(args.address)
+    auth.use_token("--address", address, auth.http_wants_token(address))
+    client = _client(address)
     job_id = client.submit_job(entrypoint=entrypoint, runtime_env=project_runtime_env())
     print(f"submitted job {job_id}: {entrypoint}", file=sys.stderr)
     if args.no_wait:
