@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from arith.trainer import TrainConfig
 
 FILE = "checkpoint.pt"
+MODEL_FILE = "model.pt"  # the final model alone: what predict loads and a sweep logs to MLflow
 
 
 @dataclass
@@ -117,3 +118,46 @@ def load(
     state = LoopState(**payload["loop"])
     state.elapsed_before = state.elapsed_at_save
     return state
+
+
+def save_model(
+    directory: str | Path, config: RunConfig, model: torch.nn.Module, weights: str, step: int
+) -> Path:
+    """The final model: config, weights and which weights they are (``best`` by the monitor
+    when early stopping is on, else ``last``), beside ``config.yaml``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "config": config.to_dict(),
+        "model": model.state_dict(),
+        "weights": weights,
+        "step": step,
+    }
+    tmp = directory / (MODEL_FILE + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, directory / MODEL_FILE)
+    (directory / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    return directory / MODEL_FILE
+
+
+def read_model(path: str | Path) -> dict[str, Any]:
+    """``model.pt`` of a folder (else its checkpoint's model), or the given file."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / MODEL_FILE if (path / MODEL_FILE).is_file() else path / FILE
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def export_model(checkpoint_dir: str | Path, into: str | Path) -> Path:
+    """``model.pt`` and ``config.yaml`` of a run's checkpoint folder, copied into ``into``: its
+    own ``model.pt`` when the run finished, else the checkpoint's (last) weights."""
+    source, into = Path(checkpoint_dir), Path(into)
+    into.mkdir(parents=True, exist_ok=True)
+    payload = read_model(source)
+    if "weights" not in payload:  # a checkpoint of a run stopped before its end
+        step = int(payload.get("loop", {}).get("step", 0))
+        payload = {"config": payload["config"], "model": payload["model"], "weights": "last"}
+        payload["step"] = step
+    torch.save(payload, into / MODEL_FILE)
+    (into / "config.yaml").write_text(yaml.safe_dump(payload["config"], sort_keys=False))
+    return into

@@ -2,7 +2,9 @@
 
 The loop follows nanoGPT's order: learning rate, evaluate / checkpoint / report, forward and
 backward, clip, step, stop. ``report`` receives a flat dict of namespaced metrics at every
-evaluation; tests pass ``list.append``, a sweep passes a Ray Tune reporter.
+evaluation; tests pass ``list.append``, a sweep passes a Ray Tune reporter. ``progress`` (for a
+progress bar) is called after every step with the training loss since the last evaluation, and at
+every evaluation with all its metrics.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ SUMMARY_KEYS = (
     "best/val/exact_match",
     "train/steps_to_100pct",
     "val/steps_to_threshold",
+    "final_weights_step",
 )
 
 
@@ -232,6 +235,7 @@ def reported_metrics(config: RunConfig) -> set[str]:
     names.add("time/elapsed_s")
     names |= {"perf/examples_per_s", "perf/tokens_per_s", "perf/mfu"}
     names |= {"n_params", "n_params_non_embedding", "flops_per_token", "steps", "wall_time_s"}
+    names.add("final_weights_step")
     names |= {"tokens", "flops"}
     names |= {"best/" + config.train.monitor, "train/steps_to_100pct", "val/steps_to_threshold"}
     sets = ["val", "test"]
@@ -328,6 +332,8 @@ def train(
     step = state.step
     stopped_reason = "max_steps"
     running_loss, running_count = 0.0, 0
+    best_weights: dict[str, torch.Tensor] | None = None
+    best_step = step
     model.train()
     while True:
         # evaluate, checkpoint and report
@@ -346,12 +352,27 @@ def train(
             metrics["time/elapsed_s"] = state.elapsed_before + time.perf_counter() - start_time
             if stopped_reason == "max_steps":
                 stopped_reason = state.update(metrics, step, tc) or stopped_reason
+                if tc.patience is not None and state.evals_without_improvement == 0:
+                    # early stopping on: the monitor's best weights, kept in memory (small)
+                    best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    best_step = step
             if tc.time_budget_s and metrics["time/elapsed_s"] > tc.time_budget_s:
                 stopped_reason = "time_budget" if stopped_reason == "max_steps" else stopped_reason
             last = last or stopped_reason != "max_steps"
             if last:
+                last_weights = None
+                if best_weights is not None and best_step != step:
+                    last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    model.load_state_dict(best_weights)  # test what the monitor chose
+                final_weights = "best" if best_weights is not None else "last"
+                weights_step = best_step if best_weights is not None else step
                 metrics.update(_final_sets(model, dataset, device))
+                metrics["final_weights_step"] = weights_step
                 metrics["done"] = 1
+                if checkpoint_dir is not None:
+                    ckpt.save_model(checkpoint_dir, config, model, final_weights, weights_step)
+                if last_weights is not None:  # the checkpoint stays the loop's true state
+                    model.load_state_dict(last_weights)
             state.step, state.last_report_step = step, step
             if checkpoint_dir is not None:
                 state.elapsed_at_save = metrics["time/elapsed_s"]
@@ -391,6 +412,8 @@ def train(
             stopped_reason = "diverged"
         running_loss += loss_value
         running_count += 1
+        if progress is not None:  # every step: the bar shows the loss since the last evaluation
+            progress(step, max_steps, {"train/loss": running_loss / running_count})
 
     elapsed = state.elapsed_before + time.perf_counter() - start_time
     summary = {k: v for k, v in metrics.items() if k not in ("checkpoint", "done")}
@@ -403,6 +426,7 @@ def train(
         flops=step * cost["flops"],
         wall_time_s=elapsed,
         stopped_reason=stopped_reason,
+        final_weights=final_weights,  # "best" (monitor's choice, early stopping on) or "last"
     )
     summary["best/" + tc.monitor] = state.best
     summary["train/steps_to_100pct"] = state.steps_to_100pct

@@ -201,3 +201,60 @@ def first_difference(old: Any, new: Any, path: str = "") -> str | None:
                 return found
         return None
     return None if old == new else (path or "the spec")
+
+
+def earlier_sweep(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> str | None:
+    """Where an earlier run of this sweep left its state (its output folder, or Tune's
+    experiment folder in ``storage``), or None: a fresh sweep must not mix with it."""
+    if (out_dir / STATE_FILE).is_file():
+        return str(out_dir)
+    if storage:
+        experiment_dir = f"{storage.rstrip('/')}/{spec.name}"
+        if "://" in storage:
+            from ray import tune
+
+            return experiment_dir if tune.Tuner.can_restore(experiment_dir) else None
+        local = Path(experiment_dir)
+    else:
+        local = out_dir / "ray" / spec.name
+    return str(local) if local.is_dir() and any(local.iterdir()) else None
+
+
+def refuse_earlier(spec: SweepSpec, where: str, out_dir: Path, tracking_uri: str) -> SweepError:
+    """The one line for a sweep started again where an earlier one lies: continue it with
+    --resume (unless it finished), or start over with --overwrite."""
+    status = ""
+    state = _read_state(out_dir / STATE_FILE)
+    if state.get("parent_run_id"):
+        try:
+            from mlflow import MlflowClient
+
+            run = MlflowClient(tracking_uri).get_run(state["parent_run_id"])
+            status = f", parent run {run.info.run_id} {run.info.status.lower()}"
+        except Exception:  # another store, or gone: the folder alone is reason enough
+            status = f", parent run {state['parent_run_id']}"
+    overwrite = "start over with --overwrite (deletes that sweep's outputs and checkpoints; "
+    overwrite += "its MLflow runs stay)"
+    if status.endswith("finished"):
+        advice = f"{overwrite}, or pass another --out"
+    else:
+        advice = f"continue it with --resume, or {overwrite}"
+    return SweepError(f"sweep {spec.name!r} already ran in {where}{status}; {advice}")
+
+
+def remove_earlier(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> None:
+    """--overwrite: delete an earlier run's output folder and Tune experiment folder."""
+    import shutil
+
+    shutil.rmtree(out_dir, ignore_errors=True)
+    if not storage:
+        return
+    experiment_dir = f"{storage.rstrip('/')}/{spec.name}"
+    if "://" in storage:
+        import pyarrow.fs
+
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(experiment_dir)
+        if filesystem.get_file_info(path).type != pyarrow.fs.FileType.NotFound:
+            filesystem.delete_dir(path)
+    else:
+        shutil.rmtree(experiment_dir, ignore_errors=True)

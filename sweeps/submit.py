@@ -38,6 +38,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tracking-uri", help="MLflow URI the head can reach")
     parser.add_argument("--storage", help="Tune storage path or URI every node can reach")
     parser.add_argument("--storage-shared", action="store_true")
+    parser.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="start over where an earlier run of it lies"
+    )
     parser.add_argument("--no-wait", action="store_true", help="submit, print the id, return")
     return parser.parse_args(argv)
 
@@ -97,6 +101,9 @@ def job_entrypoint(args: argparse.Namespace) -> str:
         command += ["--storage", args.storage]
     if args.storage_shared:
         command.append("--storage-shared")
+    for flag in ("resume", "overwrite"):
+        if getattr(args, flag, False):
+            command.append(f"--{flag}")
     return shlex.join(command)
 
 

@@ -42,6 +42,7 @@ _STATUS = {
     "target_reached": "TERMINATED",
 }
 _BATCH = 100  # MLflow's limit of params per log_batch call
+ML_KIND = "custom_model_development"
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
@@ -86,6 +87,7 @@ class MLflowTracker(Callback):
         resolve: Callable[[dict[str, Any]], Any],
         describe: Callable[[Any], dict[str, Any]] | None = None,
         drain_timeout_s: float = 60.0,
+        model_dir: Path | None = None,
         metric: str | None = None,
         journal: Path | None = None,
     ) -> None:
@@ -94,6 +96,8 @@ class MLflowTracker(Callback):
         self.resolve = resolve
         self.describe = describe
         self.drain_timeout_s = drain_timeout_s
+        # Where each finished trial's model is copied out of Tune's storage before its upload.
+        self.model_dir = model_dir
         # The sweep metric, whose history decides a trial's convergence tag where it has one.
         self.metric = metric
         self.parent_run_id: str | None = None
@@ -204,6 +208,9 @@ class MLflowTracker(Callback):
                 self._experiment = self.client.create_experiment(
                     self.experiment_name, artifact_location=location
                 )
+            # Model training, not GenAI: the UI's kind tag (MLflow 3.17's UI reads its kind
+            # from the address, see sweeps.ui, but older and newer ones read this tag).
+            self.client.set_experiment_tag(self._experiment, "mlflow.experimentKind", ML_KIND)
         return self._experiment
 
     # ---- Tune hooks ----
@@ -256,6 +263,7 @@ class MLflowTracker(Callback):
         else:  # stopped by the scheduler (ASHA) before train() returned
             status = "EARLY_STOPPED"
             self._log_fallback_summary(state, trial, "scheduler")
+        self._send_model(state, trial)
         self._end_child(state, status, "FINISHED", trial.trial_id)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
@@ -289,6 +297,8 @@ class MLflowTracker(Callback):
             self._log_metrics(run_id, record["metrics"], record["step"], record.get("tags"))
         elif op == "end":
             self._end_run(state, record["tags"], record["run_status"])
+        elif op == "model":  # the trial's final model, copied out of Tune's storage
+            self.client.log_artifacts(state["run_id"], record["folder"], "model")
         else:
             raise ValueError(f"unknown MLflow write {op!r}")
 
@@ -322,6 +332,8 @@ class MLflowTracker(Callback):
             return None if state["params"] else record
         if op == "running":
             return None  # Tune sets a trial it restarts running again
+        if op == "model":  # uploading it again replaces the same files
+            return record if Path(record["folder"]).is_dir() else None
         if op == "metrics" and record.get("summary"):
             if state["summary"]:
                 return None
@@ -381,6 +393,9 @@ class MLflowTracker(Callback):
             state["run_id"], yaml.safe_dump(config.to_dict(), sort_keys=False), "config.yaml"
         )
         flat = config.flat()
+        # The trial's swept values first (MLflow keeps the order of a batch), then the rest.
+        swept = [k for k in trial_config if k in flat]
+        flat = {**{k: flat[k] for k in swept}, **flat}
         params = [Param(k, str(list(v) if isinstance(v, tuple) else v)) for k, v in flat.items()]
         for i in range(0, len(params), _BATCH):
             self.client.log_batch(state["run_id"], params=params[i : i + _BATCH])
@@ -435,6 +450,8 @@ class MLflowTracker(Callback):
         status = _STATUS.get(reason, "TERMINATED")
         state.update(summary=True, stopped_reason=reason, status_logged=status)
         tags = {"sweep.stopped_reason": reason, "sweep.status": status}
+        if "final_weights" in result:  # which weights the test sets measured: best or last
+            tags["sweep.final_weights"] = str(result["final_weights"])
         self._send(_summary_record(trial_id, _not_logged(state, summary, step), step, tags))
 
     def _log_fallback_summary(self, state: dict[str, Any], trial, reason: str) -> None:
@@ -487,6 +504,26 @@ class MLflowTracker(Callback):
         tags = {**tags, CONVERGENCE_TAG: label}
         self.client.log_batch(state["run_id"], tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.set_terminated(state["run_id"], status=run_status)
+
+    def _send_model(self, state: dict[str, Any], trial) -> None:
+        """The trial's final model (model.pt with its config) as the child run's ``model/``
+        artifact: copied out of Tune's storage now, uploaded through the outbox."""
+        checkpoint = getattr(trial, "checkpoint", None)
+        if self.model_dir is None or checkpoint is None:
+            return
+        from arith.checkpoint import export_model
+
+        folder = self.model_dir / trial.trial_id
+        try:
+            with checkpoint.as_directory() as local:
+                export_model(local, folder)
+        except Exception as err:  # a model lost must not stop the sweep; say so
+            print(f"warning: no model for {trial.trial_id}: {one_line(err)}", file=sys.stderr)
+            return
+        self._send(
+            {"op": "model", "trial": trial.trial_id, "folder": str(folder),
+             "what": f"model of {trial.trial_id}"}
+        )  # fmt: skip
 
     def _convergence(self, run_id: str, status: str, stopped_reason: str | None) -> str:
         """The trial's sweeps.convergence label, from its metric history in MLflow."""
