@@ -178,3 +178,12 @@ def reference_trials(sets: list[str], keys: tuple[str, ...], spec: Path = SMOKE)
     finally:
         torch.set_num_threads(threads)
     return pd.DataFrame(rows)
+
+
+# What sweeps.run says on stderr before Ray is up; a refusal after them is still one error line.
+STATUS_LINES = ("connecting to the Ray cluster at ", "starting a local Ray ")
+
+
+def error_lines(stderr: str) -> list[str]:
+    """stderr without the start-up status lines."""
+    return [line for line in stderr.strip().splitlines() if not line.startswith(STATUS_LINES)]

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sweep_procs import error_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
@@ -213,7 +214,7 @@ def test_node_local_storage_is_refused_before_anything_starts(cluster, tmp_path)
         "--tracking-uri", uri, env=cluster.env, cwd=tmp_path, timeout=120,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr[-3000:]
-    lines = result.stderr.strip().splitlines()
+    lines = error_lines(result.stderr)
     assert len(lines) == 1 and lines[0].startswith("error: --storage: "), result.stderr
     assert "2 nodes" in lines[0] and "s3://" in lines[0]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
@@ -224,7 +225,7 @@ def test_unreachable_cluster_is_one_line(tmp_path):
     for module, address in (("sweeps.submit", "http://127.0.0.1:1"),):
         result = run_module(module, str(SMOKE), "--address", address, env=env, cwd=tmp_path)
         assert result.returncode == 2, result.stderr[-2000:]
-        lines = result.stderr.strip().splitlines()
+        lines = error_lines(result.stderr)
         assert len(lines) == 1 and lines[0].startswith("error: --address: "), result.stderr
 
 
@@ -275,7 +276,7 @@ def test_bad_spec_is_refused_before_submitting(cluster, tmp_path):
         env=cluster.env, cwd=tmp_path,
     )  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.startswith("error: sweep.metric: "), bad.stderr
-    assert len(bad.stderr.strip().splitlines()) == 1
+    assert len(error_lines(bad.stderr)) == 1
 
 
 def test_templates_are_well_formed():
@@ -384,7 +385,7 @@ def test_default_head_without_a_token_is_one_line_quickly(default_head, tmp_path
         )  # fmt: skip
         seconds = time.monotonic() - start
         assert result.returncode == 2, result.stderr[-3000:]
-        lines = result.stderr.strip().splitlines()
+        lines = error_lines(result.stderr)
         assert len(lines) == 1 and lines[0].startswith("error: --address: "), result.stderr
         assert "RAY_AUTH_MODE=token" in lines[0] and "~/.ray/auth_token" in lines[0]
         assert seconds < 30, (module, seconds)  # imports included, on a loaded machine

@@ -156,7 +156,11 @@ def test_mlflow_outage_mid_sweep_loses_no_metric(tmp_path, monkeypatch):
         # Long enough trials that results keep arriving after the server is down: a 60-step
         # sweep can finish while the server is still shutting down.
         proc = start_sweep(tmp_path, uri, [f"base.train.max_steps={OUTAGE_STEPS[-1]}"])
-        assert wait_until(lambda: n_results() >= 1, 240, proc), (tmp_path / "run.err").read_text()
+        # Down as soon as the sweep's parent run exists, before the trials start: on a quiet
+        # machine the 400-step trials finish in seconds, and Ray writes result files lazily,
+        # so waiting for a first result could leave none to arrive during the outage.
+        started = wait_until(lambda: children(uri, "smoke")[0], 240, proc)
+        assert started, (tmp_path / "run.err").read_text()
         stop_mlflow_server(server)
         down_at = n_results()
         # Trials keep training while the store is away.
@@ -194,9 +198,6 @@ def test_driver_killed_during_an_outage_loses_nothing(tmp_path, monkeypatch):
     journal = out / "mlflow_outbox.jsonl"
     sets = [f"base.train.max_steps={KILLED_STEPS[-1]}"]
 
-    def n_results() -> int:
-        return sum(len(lines) for lines in result_lines(out / "ray" / "smoke").values())
-
     def n_waiting() -> int:
         return len(journal.read_text().splitlines()) if journal.exists() else 0
 
@@ -204,7 +205,9 @@ def test_driver_killed_during_an_outage_loses_nothing(tmp_path, monkeypatch):
     proc = None
     try:
         proc = start_sweep(tmp_path, uri, sets, log="run0")
-        assert wait_until(lambda: n_results() >= 2, 240, proc), (tmp_path / "run0.err").read_text()
+        # Down once the parent run exists (see the outage test above): the trials' writes wait.
+        started = wait_until(lambda: children(uri, "smoke")[0], 240, proc)
+        assert started, (tmp_path / "run0.err").read_text()
         stop_mlflow_server(server)
         # Several evaluations of both running trials wait for the server, then the driver dies.
         assert wait_until(lambda: n_waiting() >= 4, 240, proc), (tmp_path / "run0.err").read_text()
