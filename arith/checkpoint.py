@@ -84,11 +84,7 @@ def save(
         "generator": generator.get_state(),
         "loop": asdict(state),
     }
-    tmp = directory / (FILE + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, directory / FILE)
-    (directory / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    return directory / FILE
+    return _write(directory, FILE, payload, config)
 
 
 def read(directory: str | Path) -> dict[str, Any]:
@@ -133,11 +129,17 @@ def save_model(
         "weights": weights,
         "step": step,
     }
-    tmp = directory / (MODEL_FILE + ".tmp")
+    return _write(directory, MODEL_FILE, payload, config)
+
+
+def _write(directory: Path, name: str, payload: dict[str, Any], config: RunConfig) -> Path:
+    """``payload`` saved as ``directory/name`` in one rename (a kill leaves the old file or the
+    new one, never half of one), with the run's ``config.yaml`` beside it."""
+    tmp = directory / (name + ".tmp")
     torch.save(payload, tmp)
-    os.replace(tmp, directory / MODEL_FILE)
+    os.replace(tmp, directory / name)
     (directory / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    return directory / MODEL_FILE
+    return directory / name
 
 
 def read_model(path: str | Path) -> dict[str, Any]:

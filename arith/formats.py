@@ -326,12 +326,17 @@ class Format:
         )
 
     def example_prompt(self) -> str:
-        """One prompt in this format, as a user types it (``"12 + 34 ="`` for plain addition)."""
+        """One prompt in this format, as a user types it, with operands of the trained width
+        (``"123 + 456 ="`` for plain 3-digit addition: a model trained on fixed-width operands
+        has no answer for shorter ones)."""
         from arith.tasks import from_ints
 
-        row = [3, 1, 2][: self.task.max_items] if self.task.name == "sorting" else [12, 34]
+        k = max(1, self.task.n_digits)
+        row = [int(("1234567890" * 20)[:k]), int(("4567890123" * 20)[:k])]
+        if self.task.name == "sorting":
+            row = [3, 1, 2][: self.task.max_items]
         if self.task.name == "modular":
-            row = [v % self.task.modulus or 1 for v in row]
+            row = [v % self.task.modulus or 1 for v in (12, 34)]
         encoded = self.encode(from_ints(self.task, [row], [op_symbols(self.task)[0]]))
         return self.decode(encoded.tokens[0, : encoded.prompt_len[0]].tolist())
 
