@@ -242,13 +242,14 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
         trials, curves = collect.trials_from_mlflow(tracking_uri, spec.name, parent_id)
         trials = collect.with_convergence(trials, curves, spec.sweep.metric)
         axes = collect.swept_paths(spec.raw)
+        best = best_trial(trials, spec.sweep.metric, spec.sweep.mode)
         paths = collect.write_outputs(
             trials, curves, spec.tables, out_dir, metric=spec.sweep.metric, axes=axes
         )
         collect.log_outputs_to_parent(tracker.client, parent_id, paths)
         scaling.log_fits_to_parent(tracker.client, parent_id, trials, spec.tables)
         try:
-            ui = _log_key_figures(spec, tracker, trials)
+            ui = _log_key_figures(spec, tracker, trials, axes, best)
         except Exception as err:  # the figures are a view; the sweep's results are safe
             print(f"warning: sweep figures not logged: {one_line(err)}", file=sys.stderr)
             ui = None
@@ -264,9 +265,8 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
     print(_report(spec, out_dir, tracking_uri, parent_id, seconds, errors))
     if ui:  # a SQLite store: the address once `mlflow ui` (above) runs on its default port
         print(f"open the sweep: {ui}")
-    best = best_trial(trials, spec.sweep.metric, spec.sweep.mode)
     if best is not None:
-        print(_best_lines(spec, best, tracking_uri, out_dir))
+        print(_best_lines(spec, best, axes, tracking_uri, out_dir))
     improving = improving_line(trials)
     if improving:
         print(improving)
@@ -275,7 +275,9 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
     return 1 if errors and errors == len(results) else 0
 
 
-def _log_key_figures(spec: SweepSpec, tracker, trials) -> str:
+def _log_key_figures(
+    spec: SweepSpec, tracker, trials, axes: list[str], best: dict[str, Any] | None
+) -> str:
     """The sweep's figures on its parent run (the swept axes as params, the best trial and its
     metric, trials by status), the UI view that opens on it; returns that view's address."""
     from mlflow.entities import Metric, Param, RunTag
@@ -283,7 +285,6 @@ def _log_key_figures(spec: SweepSpec, tracker, trials) -> str:
     from sweeps import ui
 
     s, client, parent_id = spec.sweep, tracker.client, tracker.parent_run_id
-    axes = _axes(spec)
     params = []
     for axis in axes:
         if axis in trials.columns:
@@ -294,7 +295,6 @@ def _log_key_figures(spec: SweepSpec, tracker, trials) -> str:
     for status, count in trials["status"].fillna("UNKNOWN").value_counts().items():
         metrics.append(Metric(f"trials/{str(status).lower()}", float(count), now, 0))
     tags = []
-    best = best_trial(trials, s.metric, s.mode)
     if best is not None:
         metrics.append(Metric(f"best/{s.metric}", float(best[s.metric]), now, 0))
         tags += [RunTag("sweep.best_trial", str(best["trial_id"]))]
@@ -320,7 +320,9 @@ def best_trial(trials, metric: str, mode: str) -> dict[str, Any] | None:
     return trials.loc[values.idxmax() if mode == "max" else values.idxmin()].to_dict()
 
 
-def _best_lines(spec: SweepSpec, best: dict[str, Any], uri: str, out_dir: Path) -> str:
+def _best_lines(
+    spec: SweepSpec, best: dict[str, Any], axes: list[str], uri: str, out_dir: Path
+) -> str:
     """The best trial and the exact command that asks its model a question."""
     import shlex
 
@@ -329,7 +331,7 @@ def _best_lines(spec: SweepSpec, best: dict[str, Any], uri: str, out_dir: Path) 
     from arith.config import from_dict
     from arith.formats import build_format
 
-    axes = " ".join(f"{k}={best[k]}" for k in _axes(spec) if k in best)
+    swept = " ".join(f"{k}={best[k]}" for k in axes if k in best)
     metric = spec.sweep.metric
     example = "12 + 34 ="
     saved = out_dir / "models" / str(best["trial_id"]) / "config.yaml"
@@ -341,17 +343,11 @@ def _best_lines(spec: SweepSpec, best: dict[str, Any], uri: str, out_dir: Path) 
     return "\n".join(
         [
             f"best trial:     {spec.name}-{best['trial_id']} ({metric} {best[metric]:.4g}"
-            + (f"; {axes}" if axes else "")
+            + (f"; {swept}" if swept else "")
             + f"), run {best['run_id']}",
             f"ask its model:  {shlex.join(command)}",
         ]
     )
-
-
-def _axes(spec: SweepSpec) -> list[str]:
-    from sweeps.collect import swept_paths
-
-    return swept_paths(spec.raw)
 
 
 def _undelivered(tracker, out_dir: Path) -> str:
