@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from arith import config as config_lib
-from arith.cli import run_main
+from arith.cli import HelpFormatter, run_main
 from arith.data import BatchSource, build_dataset
 from arith.evaluate import greedy_decode, predict_answers
 from arith.trainer import build_model, pick_device, train
@@ -371,7 +371,9 @@ def render(results: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m arith.bench", description=__doc__.split("\n")[0]
+        formatter_class=HelpFormatter,
+        prog="python -m arith.bench",
+        description=__doc__.split("\n")[0],
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])

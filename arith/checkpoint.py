@@ -18,10 +18,12 @@ import yaml
 from arith.stopping import LoopState
 
 if TYPE_CHECKING:
+    from arith.config import RunConfig
     from arith.data import BatchSource
     from arith.optim import PackedAdamW
 
 FILE = "checkpoint.pt"
+MODEL_FILE = "model.pt"  # the final model alone: what predict loads and a sweep logs to MLflow
 
 
 def save(
@@ -50,11 +52,7 @@ def save(
         "generators": [g.get_state() for g in generators],
         "loops": [asdict(s) for s in states],
     }
-    tmp = directory / (FILE + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, directory / FILE)
-    (directory / "config.yaml").write_text(yaml.safe_dump(configs[0], sort_keys=False))
-    return directory / FILE
+    return _write(directory, FILE, payload, configs[0])
 
 
 def read(directory: str | Path) -> dict[str, Any]:
@@ -90,3 +88,73 @@ def load(
     for state in states:
         state.elapsed_before = state.elapsed_at_save
     return states
+
+
+def member_dir(directory: str | Path, member: int, n_members: int) -> Path:
+    """Where member ``member`` of a pack keeps its final model: the run folder itself for a
+    pack of one (so an unpacked run's layout is unchanged), else ``member-<i>/`` inside it."""
+    directory = Path(directory)
+    return directory if n_members == 1 else directory / f"member-{member}"
+
+
+def save_model(
+    directory: str | Path, config: RunConfig, model: torch.nn.Module, weights: str, step: int
+) -> Path:
+    """The final model: config, weights and which weights they are (``best`` by the monitor
+    when early stopping is on, else ``last``), beside ``config.yaml``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "config": config.to_dict(),
+        "model": model.state_dict(),
+        "weights": weights,
+        "step": step,
+    }
+    return _write(directory, MODEL_FILE, payload, payload["config"])
+
+
+def _write(directory: Path, name: str, payload: dict[str, Any], config: dict[str, Any]) -> Path:
+    """``payload`` saved as ``directory/name`` in one rename (a kill leaves the old file or the
+    new one, never half of one), with the run's ``config.yaml`` beside it."""
+    tmp = directory / (name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, directory / name)
+    (directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return directory / name
+
+
+def read_model(path: str | Path) -> dict[str, Any]:
+    """``model.pt`` of a folder (else its checkpoint's model), or the given file."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / MODEL_FILE if (path / MODEL_FILE).is_file() else path / FILE
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def export_model(checkpoint_dir: str | Path, into: str | Path, member: int | None = None) -> Path:
+    """``model.pt`` and ``config.yaml`` of a run's checkpoint folder, copied into ``into``: its
+    own ``model.pt`` when the run finished, else the checkpoint's (last) weights.
+
+    ``member``: which member of a pack checkpoint (``None`` for an unpacked run).
+    """
+    source, into = Path(checkpoint_dir), Path(into)
+    into.mkdir(parents=True, exist_ok=True)
+    n_members = 1
+    if member is not None and (source / FILE).is_file():
+        n_members = len(read(source)["loops"])
+    own = member_dir(source, member or 0, n_members)
+    if (own / MODEL_FILE).is_file():
+        payload = read_model(own)
+    else:  # a checkpoint of a run stopped before its end: its last weights
+        stored = read(source)
+        i = member or 0
+        loops = stored.get("loops") or [stored.get("loop", {})]
+        model = stored["model"]
+        if len(loops) > 1:  # a pack's parameters lead with the member dimension
+            model = {k: v[i : i + 1].clone() for k, v in model.items()}
+        config = stored["configs"][i] if "configs" in stored else stored["config"]
+        step = int(loops[i].get("step", 0))
+        payload = {"config": config, "model": model, "weights": "last", "step": step}
+    torch.save(payload, into / MODEL_FILE)
+    (into / "config.yaml").write_text(yaml.safe_dump(payload["config"], sort_keys=False))
+    return into

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -25,3 +27,19 @@ def run_main(main: Callable[[], int | None]) -> None:
         print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None
     raise SystemExit(code or 0)
+
+
+def plain_text(text: str) -> str:
+    """Docstring markup off for a terminal: ``code`` and :role:`name` become code and name."""
+    text = re.sub(r":[a-z]+:`([^`]*)`", r"\1", text)
+    return text.replace("``", "")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` without reStructuredText backticks (descriptions come from docstrings)."""
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain_text(text))
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        return plain_text(super()._expand_help(action))

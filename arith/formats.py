@@ -296,6 +296,50 @@ class Format:
                 ids.append(self._ids[x])
         return ids
 
+    def parse_prompt(self, text: str) -> tuple[list[int], str]:
+        """(operands, operator) of a prompt of this task in this format; ValueError with one
+        line (and an example of the form) for anything else, e.g. ``"hello"``."""
+        compact = "".join(text.split())
+        symbols = sorted(op_symbols(self.task), key=len, reverse=True)
+        example = self.example_prompt()
+        if self.task.name == "sorting":
+            match = re.fullmatch(r"((?:[a-z]:\d+,)*[a-z]:\d+)=", compact)
+            items = match.group(1).split(",") if match else []
+            if not match or [i[0] for i in items] != list(LETTERS[: len(items)]):
+                raise ValueError(self._not_a_problem(example))
+            values = [i[2:] for i in items]
+            op = symbols[0]
+        else:
+            ops = "|".join(re.escape(s) for s in symbols)
+            match = re.fullmatch(rf"(\d+)({ops})(\d+)=", compact)
+            if not match:
+                raise ValueError(self._not_a_problem(example))
+            values, op = [match.group(1), match.group(3)], match.group(2)
+        if self.config.name == "reversed":  # digits are written least significant first
+            values = [v[::-1] for v in values]
+        return [int(v) for v in values], op
+
+    def _not_a_problem(self, example: str) -> str:
+        return (
+            f"not a problem of the model's task ({self.task.name}) in its format "
+            f"({self.config.name}), e.g. {example!r}"
+        )
+
+    def example_prompt(self) -> str:
+        """One prompt in this format, as a user types it, with operands of the trained width
+        (``"123 + 456 ="`` for plain 3-digit addition: a model trained on fixed-width operands
+        has no answer for shorter ones)."""
+        from arith.tasks import from_ints
+
+        k = max(1, self.task.n_digits)
+        row = [int(("1234567890" * 20)[:k]), int(("4567890123" * 20)[:k])]
+        if self.task.name == "sorting":
+            row = [3, 1, 2][: self.task.max_items]
+        if self.task.name == "modular":
+            row = [v % self.task.modulus or 1 for v in (12, 34)]
+        encoded = self.encode(from_ints(self.task, [row], [op_symbols(self.task)[0]]))
+        return self.decode(encoded.tokens[0, : encoded.prompt_len[0]].tolist())
+
     # -- decoding ------------------------------------------------------------------------------
 
     def decode(self, ids: typing.Iterable[int]) -> str:

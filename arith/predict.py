@@ -1,31 +1,40 @@
-"""``python -m arith.predict CHECKPOINT "1234 + 5678 =" ...``
+"""``python -m arith.predict MODEL "1234 + 5678 =" ...``
 
 Prints the model's greedy completion of each prompt (one per argument, or one per line on stdin).
-Prompts are written in the checkpoint's format, e.g. ``"1234 + 5678 ="`` for plain.
+MODEL is a run folder (``model.pt`` or ``checkpoint.pt``), a checkpoint file, or a sweep trial's
+MLflow run (``runs:/<run_id>`` or a bare run id, with ``--tracking-uri``). Prompts are problems
+of the model's task written in its format, e.g. ``"1234 + 5678 ="`` for plain addition.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
 from arith import checkpoint as ckpt
 from arith import config as config_lib
-from arith.cli import fail, run_main
+from arith.cli import HelpFormatter, fail, run_main
 from arith.evaluate import greedy_decode
 from arith.formats import build_format
 from arith.model import GPT
+from arith.tasks import from_ints
+
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def load_model(path: str | Path) -> tuple[GPT, object]:
-    """The model and format saved in a checkpoint file or folder."""
+    """The model and format saved in a run folder, model or checkpoint file."""
     path = Path(path)
-    if not (path / ckpt.FILE).exists() and not path.is_file():
-        fail(f"checkpoint: no checkpoint at {str(path)!r}")
-    payload = ckpt.read(path)
+    found = path.is_file() or (path / ckpt.MODEL_FILE).exists() or (path / ckpt.FILE).exists()
+    if not found:
+        fail(f"model: no model.pt or checkpoint.pt at {str(path)!r}")
+    payload = ckpt.read_model(path)
     config = config_lib.from_dict(payload["config"])
     fmt = build_format(config.format, config.task)
     weights = payload["model"]
@@ -35,21 +44,67 @@ def load_model(path: str | Path) -> tuple[GPT, object]:
     return model.eval(), fmt
 
 
+def download_from_mlflow(source: str, tracking_uri: str | None, into: Path) -> Path:
+    """The ``model/`` artifact of an MLflow run (a sweep's trial) in a local folder. MLflow is
+    imported here only, so arith's modules stay free of it."""
+    run_id = source.removeprefix("runs:/").strip("/").split("/")[0]
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = uri or f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        fail(f"--tracking-uri: no MLflow store at {uri.removeprefix('sqlite:///')}")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    try:
+        import mlflow.artifacts
+
+        local = mlflow.artifacts.download_artifacts(
+            artifact_uri=f"runs:/{run_id}/model", tracking_uri=uri, dst_path=str(into)
+        )
+    except Exception as err:  # unknown run, no model artifact, unreachable store
+        reason = " ".join(str(getattr(err, "message", None) or err).split())[:200]
+        fail(f"model: cannot load the model of MLflow run {run_id} at {uri} ({reason})")
+    return Path(local)
+
+
+def prompt_ids(fmt, prompt: str) -> list[int]:
+    """The prompt's tokens as training wrote them; one line and exit 2 for anything that is not
+    a problem of the model's task in its format."""
+    try:
+        operands, op = fmt.parse_prompt(prompt)
+        problem = from_ints(fmt.task, [operands], [op])
+    except ValueError as err:
+        fail(f"prompt {prompt!r}: {err}")
+    encoded = fmt.encode(problem)
+    return encoded.tokens[0, : encoded.prompt_len[0]].tolist()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m arith.predict", description=__doc__.split("\n")[2]
+        formatter_class=HelpFormatter,
+        prog="python -m arith.predict",
+        description=__doc__.split("\n\n")[1],
     )
-    parser.add_argument("checkpoint", help="checkpoint.pt or the folder holding it")
+    parser.add_argument(
+        "model", help="run folder, checkpoint file, runs:/<run_id> or an MLflow run id"
+    )
     parser.add_argument("prompts", nargs="*", help="prompts; read from stdin when none are given")
     parser.add_argument("--max-new-tokens", type=int, default=None)
-    args = parser.parse_args(argv)
-    model, fmt = load_model(args.checkpoint)
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow store of a run id (default $MLFLOW_TRACKING_URI or ./mlflow.db)",
+    )
+    args = parser.parse_intermixed_args(argv)  # options may follow the prompts
+    with tempfile.TemporaryDirectory(prefix="arith-predict-") as tmp:
+        source = args.model
+        from_run = source.startswith("runs:/") or (
+            _RUN_ID.fullmatch(source) and not Path(source).exists()
+        )
+        if from_run:
+            source = download_from_mlflow(source, args.tracking_uri, Path(tmp))
+        model, fmt = load_model(source)
     prompts = args.prompts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
-    for prompt in prompts:
-        try:
-            ids = fmt.encode_prompt_text(prompt)
-        except ValueError as err:
-            fail(f"prompt {prompt!r}: {err}")
+    # every prompt checked before any answer is printed
+    for prompt, ids in [(prompt, prompt_ids(fmt, prompt)) for prompt in prompts]:
         # a learned position table ends at the context length the model was trained with
         room = model.max_seq_len - len(ids)
         if model.cfg.position == "learned" and room < 1:

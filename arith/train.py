@@ -14,13 +14,15 @@ from pathlib import Path
 from tqdm import tqdm
 
 from arith import config as config_lib
-from arith.cli import run_main
+from arith.cli import HelpFormatter, run_main
 from arith.trainer import train
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m arith.train", description=__doc__.split("\n")[2]
+        formatter_class=HelpFormatter,
+        prog="python -m arith.train",
+        description=__doc__.split("\n")[2],
     )
     parser.add_argument("config", nargs="?", help="run config YAML (default: built-in defaults)")
     parser.add_argument(
@@ -48,13 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     resume_from = out if args.resume and (out / "checkpoint.pt").exists() else None
     bar = tqdm(total=None, disable=args.quiet, unit="step", dynamic_ncols=True, file=sys.stderr)
 
+    shown: dict[str, str] = {}  # the bar's postfix: latest loss, and val exact match once known
+
     def progress(step: int, total: int, metrics: dict) -> None:
         bar.total = total
-        bar.update(step - bar.n)
-        bar.set_postfix(
-            loss=f"{metrics.get('train/loss', float('nan')):.3f}",
-            val_em=f"{metrics.get('val/exact_match', 0.0):.3f}",
-        )
+        if "train/loss" in metrics:  # none before the first step: no loss=nan
+            shown["loss"] = f"{metrics['train/loss']:.3f}"
+        if "val/exact_match" in metrics:
+            shown["val_em"] = f"{metrics['val/exact_match']:.3f}"
+        bar.set_postfix({k: shown[k] for k in ("loss", "val_em") if k in shown}, refresh=False)
+        bar.update(step - bar.n)  # tqdm redraws at most every 0.1 s, whatever the step rate
 
     summary = train(config, checkpoint_dir=out, resume_from=resume_from, progress=progress)
     bar.close()

@@ -2,7 +2,9 @@
 
 The loop follows nanoGPT's order: learning rate, evaluate / checkpoint / report, forward and
 backward, clip, step, stop. ``report`` receives a flat dict of namespaced metrics at every
-evaluation; tests pass ``list.append``, a sweep passes a Ray Tune reporter.
+evaluation; tests pass ``list.append``, a sweep passes a Ray Tune reporter. ``progress`` (for a
+progress bar) is called after every step with the training loss since the last evaluation, and at
+every evaluation with all its metrics.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ SUMMARY_KEYS = (
     "best/val/exact_match",
     "train/steps_to_100pct",
     "val/steps_to_threshold",
+    "final_weights_step",
 )
 
 
@@ -127,6 +130,7 @@ def reported_metrics(config: RunConfig) -> set[str]:
     names.add("time/elapsed_s")
     names |= {"perf/examples_per_s", "perf/tokens_per_s", "perf/mfu"}
     names |= {"n_params", "n_params_non_embedding", "flops_per_token", "steps", "wall_time_s"}
+    names.add("final_weights_step")
     names |= {"tokens", "flops"}
     names |= {"best/" + config.train.monitor, "train/steps_to_100pct", "val/steps_to_threshold"}
     sets = ["val", "test"]
@@ -261,6 +265,10 @@ class _Member:
     running_count: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
     elapsed: float = 0.0
+    best_weights: dict[str, torch.Tensor] | None = None
+    """With early stopping on, the monitor's best weights so far, kept in memory (small)."""
+    best_step: int = 0
+    final_weights: str = "last"
 
 
 def _build_member(config: RunConfig, device: torch.device) -> tuple[_Member, model_lib.GPT]:
@@ -310,12 +318,16 @@ def train_pack(
     checkpoint_dir: str | Path | None = None,
     resume_from: str | Path | None = None,
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    report_step: Callable[[dict[int, dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Train same-shape runs together as one packed model; one summary per member, in order.
 
     ``report(member, metrics)`` gets each member's evaluations as ``train`` would report them
     alone. Each member stops on its own (max steps, target, patience, divergence, time budget):
     it stops updating and reporting, and the pack ends when all have stopped.
+    ``report_step({member: metrics})`` gets the evaluations of one step together, after the
+    checkpoint that holds them: a sweep reports them with that checkpoint in one message, so a
+    restored pack neither loses nor repeats a member's evaluation.
     """
     check_packable(configs)
     first = configs[0].train
@@ -359,7 +371,12 @@ def train_pack(
             last = step >= m.max_steps or m.stop != "max_steps"
             if (step % m.config.train.eval_every == 0 and step > m.state.last_report_step) or last:
                 elapsed = lambda: elapsed_before + time.perf_counter() - start_time  # noqa: E731
-                _evaluate_member(m, model.member(i), step, optimizer.lr(i), elapsed, device)
+                member_dir = None
+                if checkpoint_dir is not None:
+                    member_dir = ckpt.member_dir(checkpoint_dir, i, n_members)
+                _evaluate_member(
+                    m, model.member(i), step, optimizer.lr(i), elapsed, device, member_dir
+                )
                 due.append(i)
         if checkpoint_dir is not None and due:
             at_save = elapsed_before + time.perf_counter() - start_time
@@ -384,6 +401,8 @@ def train_pack(
                 report(i, metrics)
             if progress is not None:
                 progress(step, members[i].max_steps, metrics)
+        if report_step is not None and due:
+            report_step({i: members[i].metrics for i in due})
         active = [i for i, m in enumerate(members) if m.state.stopped_reason is None]
         if not active:
             break
@@ -423,6 +442,9 @@ def train_pack(
                 m.stop = "diverged"
             m.running_loss += loss_values[i]
             m.running_count += 1
+        if progress is not None:  # every step: the bar shows the loss since the last evaluation
+            m = members[active[0]]
+            progress(step, m.max_steps, {"train/loss": m.running_loss / m.running_count})
 
     return [_summary(m, counts) for m in members]
 
@@ -436,9 +458,16 @@ def _stack_rows(parts: list[torch.Tensor], fill) -> torch.Tensor:
 
 
 def _evaluate_member(
-    m: _Member, model, step: int, lr: float, elapsed: Callable[[], float], device
+    m: _Member,
+    model,
+    step: int,
+    lr: float,
+    elapsed: Callable[[], float],
+    device,
+    model_dir: Path | None,
 ) -> None:
-    """Evaluate one member, update its stopping state and keep the metrics to report."""
+    """Evaluate one member, update its stopping state and keep the metrics to report; at its
+    end, measure the final sets on its chosen weights and save them to ``model_dir``."""
     tc = m.config.train
     last = step >= m.max_steps or m.stop != "max_steps"
     metrics: dict[str, Any] = {"step": step, "epoch": _epoch(step, tc, m.dataset), "lr": lr}
@@ -450,11 +479,26 @@ def _evaluate_member(
     metrics["time/elapsed_s"] = elapsed()
     if m.stop == "max_steps":
         m.stop = m.state.update(metrics, step, tc) or m.stop
+        if tc.patience is not None and m.state.evals_without_improvement == 0:
+            m.best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            m.best_step = step
     if tc.time_budget_s and metrics["time/elapsed_s"] > tc.time_budget_s and m.stop == "max_steps":
         m.stop = "time_budget"
     if last or m.stop != "max_steps":
+        last_weights = None
+        if m.best_weights is not None and m.best_step != step:
+            last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            model.load_state_dict(m.best_weights)  # test what the monitor chose
+        m.final_weights = "best" if m.best_weights is not None else "last"
+        weights_step = m.best_step if m.best_weights is not None else step
         metrics.update(_final_sets(model, m.dataset, device))
+        metrics["final_weights_step"] = weights_step
         metrics["done"] = 1
+        if model_dir is not None:
+            ckpt.save_model(model_dir, m.config, model, m.final_weights, weights_step)
+        if last_weights is not None:  # the checkpoint stays the loop's true state
+            model.load_state_dict(last_weights)
+        m.best_weights = None  # a stopped member's copy is no longer needed
         m.state.stopped_reason = m.stop
         m.elapsed = elapsed()
     m.state.step, m.state.last_report_step = step, step
@@ -473,6 +517,7 @@ def _summary(m: _Member, counts: dict[str, int]) -> dict[str, Any]:
         flops=m.state.step * m.cost["flops"],
         wall_time_s=m.elapsed,
         stopped_reason=m.stop,
+        final_weights=m.final_weights,  # "best" (monitor's choice, early stopping on) or "last"
     )
     summary["best/" + tc.monitor] = m.state.best
     summary["train/steps_to_100pct"] = m.state.steps_to_100pct

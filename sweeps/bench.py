@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from arith.cli import HelpFormatter
+
 
 def bench_spec(n_trials: int, steps: int, concurrent: int) -> dict[str, Any]:
     """A sweep of ``n_trials`` seeds of a ~2-second config (2-digit addition, 1 x 32)."""
@@ -101,7 +103,9 @@ def steady_state(ends: list[float], plain: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m sweeps.bench", description=__doc__.split("\n\n")[1]
+        formatter_class=HelpFormatter,
+        prog="python -m sweeps.bench",
+        description=__doc__.split("\n\n")[1],
     )
     parser.add_argument("--trials", type=int, default=8, help="trials (default 8)")
     parser.add_argument("--steps", type=int, default=100, help="steps per trial (default 100)")

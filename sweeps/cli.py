@@ -7,8 +7,14 @@ import argparse
 import sys
 from typing import NoReturn
 
+from arith.cli import HelpFormatter
+
 
 class ArgumentParser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         from sweeps.spec import printable
 

@@ -63,6 +63,12 @@ def connect(address: str) -> None:
     Trials import the project on other nodes from a copy of the project root that Ray uploads
     (excluding EXCLUDES), unless this is a submitted job, whose working dir Ray already ships.
     """
+    from sweeps import auth
+
+    try:
+        auth.use_token("--address", address, auth.gcs_wants_token(address))
+    except ConfigError as err:
+        raise ClusterError("--address", err.message) from None
     import ray
 
     runtime_env = None if in_submitted_job() else project_runtime_env()

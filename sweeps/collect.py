@@ -277,15 +277,17 @@ def write_outputs(
     out_dir: str | Path,
     *,
     metric: str | None = None,
+    axes: Sequence[str] = (),
 ) -> list[Path]:
-    """Write trials.csv, table.md, table.csv (+ table_<name>.csv when several) and the plots."""
+    """Write trials.csv, table.md, table.csv (+ table_<name>.csv when several) and the plots.
+    ``axes``: the swept config paths, which trials.csv lists right after trial id and status."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     specs = list(specs) or default_table_specs(trials, metric)
     trials = with_convergence(trials, curves, metric)
     fits = table_fits(trials, specs) if not trials.empty else {}
     paths = [out / "trials.csv", out / "table.md"]
-    trials.to_csv(paths[0], index=False)
+    trials[front_first(trials.columns, axes, metric)].to_csv(paths[0], index=False)
     paths[1].write_text(render_tables(trials, specs, fits), encoding="utf-8")
     csv_names = ["table.csv"] + ([f"table_{s.name}.csv" for s in specs] if len(specs) > 1 else [])
     csv_specs = [specs[0]] + (list(specs) if len(specs) > 1 else [])
@@ -302,6 +304,29 @@ def write_outputs(
             figure.savefig(out / f"{stem}.png", dpi=120)
             paths.append(out / f"{stem}.png")
     return paths
+
+
+def swept_paths(raw_spec: dict | None) -> list[str]:
+    """The config paths a parsed search-space file varies: its space keys (joined keys split),
+    the seeds, then derived values, in the file's order."""
+    if not isinstance(raw_spec, dict):
+        return []
+    space = raw_spec.get("space") if isinstance(raw_spec.get("space"), dict) else {}
+    paths = [p for key in space for p in str(key).split(",")]
+    sweep = raw_spec.get("sweep") if isinstance(raw_spec.get("sweep"), dict) else {}
+    if sweep.get("seeds") is not None:
+        paths.append("train.seed")
+    derived = raw_spec.get("derived") if isinstance(raw_spec.get("derived"), dict) else {}
+    return list(dict.fromkeys([*paths, *map(str, derived)]))
+
+
+def front_first(columns: Iterable[str], axes: Sequence[str], metric: str | None) -> list[str]:
+    """Columns in reading order: trial id, status, the swept axes, the sweep's metric, then the
+    rest as they were."""
+    columns = list(columns)
+    front = [c for c in ("trial_id", "status", *axes, metric) if c in columns]
+    front = list(dict.fromkeys(front))
+    return front + [c for c in columns if c not in front]
 
 
 def with_convergence(

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from arith.cli import HelpFormatter
 from sweeps.claims import CLAIMS, Claim
 from sweeps.collect import (
     CollectError,
@@ -42,7 +43,9 @@ PLOT_PREFERENCE = ("width_x_depth", "batch_size_x_lr", "exact_match_vs_params", 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m sweeps.findings", description=__doc__.split("\n")[0]
+        formatter_class=HelpFormatter,
+        prog="python -m sweeps.findings",
+        description=__doc__.split("\n")[0],
     )
     parser.add_argument(
         "spaces", nargs="*", help=f"spaces to report (default: {', '.join(CLAIMS)})"
@@ -78,6 +81,7 @@ def machine() -> str:
 def run_space(spec: Path, sweep: str, overrides: list[str], results: Path, uri: str) -> dict:
     """Run one sweep with ``sweeps.run`` and record its command and wall time."""
     args = ["-m", "sweeps.run", str(spec), *(a for o in overrides for a in ("--set", o))]
+    args += ["--overwrite"]  # --run measures the space afresh, replacing an earlier run's outputs
     args += ["--out", str(results), "--tracking-uri", uri]
     shown = shlex.join(["python", "-m", "sweeps.run", str(spec), *args[3:-4]])
     print(f"findings: running {shown}", file=sys.stderr, flush=True)

@@ -6,12 +6,16 @@
   (``sweep.json``, ``spec.yaml``), so a resumed sweep finds them even without Tune's state.
 - ``parent_to_resume``: the parent run a ``--resume`` continues (the saved id, else the newest
   unfinished parent of the experiment), or a one-line reason why there is nothing to resume.
+- ``repair_snapshot``: trials whose snapshot names a deleted checkpoint restore from one that
+  exists, or start again (``sweeps.snapshot``).
+- ``attach``: the resumed sweep's tracker, with the MLflow writes a killed driver left waiting.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +82,20 @@ def start_parent(tracker, spec: SweepSpec, out_dir: Path) -> str:
     """A new sweep's parent run; its id and the spec are saved in ``out_dir`` for --resume."""
     parent_id = tracker.start_parent(spec.to_yaml())
     out_dir.mkdir(parents=True, exist_ok=True)
+    if tracker.journal is not None:  # an earlier sweep's undelivered writes are not this one's
+        tracker.journal.unlink(missing_ok=True)
     (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
     state = {"parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
     _write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
     return parent_id
+
+
+def attach(tracker, parent_id: str) -> None:
+    """Continue the parent run, first delivering the writes a killed driver left waiting."""
+    tracker.attach(parent_id)
+    replayed = tracker.replay()
+    if replayed:
+        print(f"mlflow: {replayed} writes left waiting by the last run replayed", file=sys.stderr)
 
 
 def parent_to_resume(
@@ -111,6 +125,17 @@ def parent_to_resume(
             f"{parent.info.run_id}); nothing to resume"
         )
     return parent.info.run_id
+
+
+def repair_snapshot(spec: SweepSpec, out_dir: Path, storage: str | None) -> dict[str, str]:
+    """Point trials whose snapshot names a deleted checkpoint at one that exists
+    (``sweeps.snapshot``); {what: what was done}. Local storage only."""
+    from sweeps import snapshot
+
+    if storage and "://" in storage:
+        return {}
+    root = Path(storage).expanduser().resolve() if storage else out_dir / "ray"
+    return snapshot.repair(root / spec.name)
 
 
 def _tune_can_restore(experiment_dir: str | Path) -> bool:
@@ -176,3 +201,60 @@ def first_difference(old: Any, new: Any, path: str = "") -> str | None:
                 return found
         return None
     return None if old == new else (path or "the spec")
+
+
+def earlier_sweep(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> str | None:
+    """Where an earlier run of this sweep left its state (its output folder, or Tune's
+    experiment folder in ``storage``), or None: a fresh sweep must not mix with it."""
+    if (out_dir / STATE_FILE).is_file():
+        return str(out_dir)
+    if storage:
+        experiment_dir = f"{storage.rstrip('/')}/{spec.name}"
+        if "://" in storage:
+            from ray import tune
+
+            return experiment_dir if tune.Tuner.can_restore(experiment_dir) else None
+        local = Path(experiment_dir)
+    else:
+        local = out_dir / "ray" / spec.name
+    return str(local) if local.is_dir() and any(local.iterdir()) else None
+
+
+def refuse_earlier(spec: SweepSpec, where: str, out_dir: Path, tracking_uri: str) -> SweepError:
+    """The one line for a sweep started again where an earlier one lies: continue it with
+    --resume (unless it finished), or start over with --overwrite."""
+    status = ""
+    state = _read_state(out_dir / STATE_FILE)
+    if state.get("parent_run_id"):
+        try:
+            from mlflow import MlflowClient
+
+            run = MlflowClient(tracking_uri).get_run(state["parent_run_id"])
+            status = f", parent run {run.info.run_id} {run.info.status.lower()}"
+        except Exception:  # another store, or gone: the folder alone is reason enough
+            status = f", parent run {state['parent_run_id']}"
+    overwrite = "start over with --overwrite (deletes that sweep's outputs and checkpoints; "
+    overwrite += "its MLflow runs stay)"
+    if status.endswith("finished"):
+        advice = f"{overwrite}, or pass another --out"
+    else:
+        advice = f"continue it with --resume, or {overwrite}"
+    return SweepError(f"sweep {spec.name!r} already ran in {where}{status}; {advice}")
+
+
+def remove_earlier(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> None:
+    """--overwrite: delete an earlier run's output folder and Tune experiment folder."""
+    import shutil
+
+    shutil.rmtree(out_dir, ignore_errors=True)
+    if not storage:
+        return
+    experiment_dir = f"{storage.rstrip('/')}/{spec.name}"
+    if "://" in storage:
+        import pyarrow.fs
+
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(experiment_dir)
+        if filesystem.get_file_info(path).type != pyarrow.fs.FileType.NotFound:
+            filesystem.delete_dir(path)
+    else:
+        shutil.rmtree(experiment_dir, ignore_errors=True)

@@ -21,7 +21,11 @@ from typing import Any
 
 from arith.errors import ConfigError
 from sweeps.cli import ArgumentParser
+from sweeps.outbox import one_line
 from sweeps.spec import SweepSpec, load_spec
+
+# MLflow writes waiting for an unreachable tracking server (sweeps.outbox), beside the outputs.
+JOURNAL_FILE = "mlflow_outbox.jsonl"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,6 +59,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the storage path is a filesystem mounted at the same path on every node",
     )
     parser.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over where an earlier run of this sweep lies: delete its output folder and "
+        "checkpoints first (its MLflow runs stay, as an older parent run)",
+    )
     return parser.parse_args(argv)
 
 
@@ -64,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(args.spec, args.overrides)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.resume and args.overwrite:
+        print("error: --resume and --overwrite: choose one", file=sys.stderr)
         return 2
     if args.dry_run:
         print(dry_run_text(spec))
@@ -78,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         uri,
         address=args.address,
         resume=args.resume,
+        overwrite=args.overwrite,
         storage=args.storage,
         storage_shared=args.storage_shared,
     )
@@ -86,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 def dry_run_text(spec: SweepSpec) -> str:
     """The trials a sweep would run, with sizes and estimated training FLOPs (nothing starts)."""
     from arith.trainer import describe
-    from sweeps.space import grid_points, n_trials, resolve_run_config
+    from sweeps.space import n_trials, resolve_run_config, tune_ordered_points
 
     s = spec.sweep
     lines = [
@@ -98,8 +112,11 @@ def dry_run_text(spec: SweepSpec) -> str:
         lines.append(f"  sampled {dim.key}: {dim.describe()}")
     for path, rule in spec.derived.items():
         lines.append(f"  derived {path} = {rule.expression}")
-    points = grid_points(spec)
-    lines.append(f"{n_trials(spec)} trials ({len(points)} grid points x {s.num_samples} samples):")
+    points = tune_ordered_points(spec)
+    numbered = "" if s.search == "optuna" else ", numbered as Tune's trial ids end (_00000)"
+    lines.append(
+        f"{n_trials(spec)} trials ({len(points)} grid points x {s.num_samples} samples{numbered}):"
+    )
     total_flops = 0.0
     for i, point in enumerate(points):
         low = {d.key: d.values[0] for d in sampled}
@@ -108,12 +125,19 @@ def dry_run_text(spec: SweepSpec) -> str:
         total_flops += size["total_flops"] * s.num_samples
         shown = {**point, **{p: cfg.flat()[p] for p in spec.derived}}
         lines.append(
-            f"  {i:3d}  {_fmt_point(shown)}  n_params={size['n_params']:,}  "
-            f"steps={size['steps']:,}  flops~{size['total_flops']:.2e}"
+            f"  {_trial_numbers(i, len(points), s.num_samples)}  {_fmt_point(shown)}  "
+            f"n_params={size['n_params']:,}  steps={size['steps']:,}  "
+            f"flops~{size['total_flops']:.2e}"
         )
     note = " (sampled axes at their first value)" if sampled else ""
     lines.append(f"estimated training FLOPs in all: {total_flops:.2e}{note}")
     return "\n".join(lines)
+
+
+def _trial_numbers(i: int, n_points: int, n_samples: int) -> str:
+    """``00003``, or with repeats ``00003,00007,...`` (repeat r of point i is trial r*n+i)."""
+    numbers = [f"{r * n_points + i:05d}" for r in range(min(n_samples, 3))]
+    return ",".join(numbers) + (",..." if n_samples > 3 else "")
 
 
 def _fmt_point(point: dict[str, Any]) -> str:
@@ -131,6 +155,7 @@ def run_sweep(
     *,
     address: str | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     storage: str | None = None,
     storage_shared: bool = False,
     timings: dict[str, float] | None = None,
@@ -149,8 +174,16 @@ def run_sweep(
         if resume:
             parent_id = resuming.parent_to_resume(spec, out_dir, tracking_uri, storage=storage)
             resuming.quiet_stale_checkpoints()
+            for name, what in resuming.repair_snapshot(spec, out_dir, storage).items():
+                print(f"{name}: {what}", file=sys.stderr)
         else:
             parent_id = None
+            # Never two sweeps in one folder: continue the earlier one, or clear it first.
+            earlier = resuming.earlier_sweep(spec, out_dir, storage)
+            if earlier and not overwrite:
+                raise resuming.refuse_earlier(spec, earlier, out_dir, tracking_uri)
+            if earlier:
+                resuming.remove_earlier(spec, out_dir, storage)
     except resuming.SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -161,6 +194,7 @@ def run_sweep(
     started_ray = not ray.is_initialized()
     storage = cluster.storage_path(storage, out_dir)
     if started_ray and address:
+        print(f"connecting to the Ray cluster at {address} ...", file=sys.stderr, flush=True)
         # Before MLflow records anything, and before the Tuner (through Ray Client, Tune
         # builds it on the head): a cluster that cannot run this sweep is one line.
         try:
@@ -175,10 +209,12 @@ def run_sweep(
     # processes: do both at once.
     with ThreadPoolExecutor(max_workers=1) as pool:
         if parent_id is not None:
-            parent = pool.submit(tracker.attach, parent_id)
+            parent = pool.submit(resuming.attach, tracker, parent_id)
         else:
             parent = pool.submit(resuming.start_parent, tracker, spec, out_dir)
         if started_ray and not address:
+            # Ray takes ~10 s to start its processes; say so rather than sit silent.
+            print(f"starting a local Ray ({os.cpu_count()} CPUs) ...", file=sys.stderr, flush=True)
             _init_ray()
         parent.result()
     timings["startup"] = time.perf_counter() - start
@@ -205,11 +241,18 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
         # The tables come from MLflow alone, as `python -m sweeps.table` rebuilds them.
         trials, curves = collect.trials_from_mlflow(tracking_uri, spec.name, parent_id)
         trials = collect.with_convergence(trials, curves, spec.sweep.metric)
+        axes = collect.swept_paths(spec.raw)
+        best = best_trial(trials, spec.sweep.metric, spec.sweep.mode)
         paths = collect.write_outputs(
-            trials, curves, spec.tables, out_dir, metric=spec.sweep.metric
+            trials, curves, spec.tables, out_dir, metric=spec.sweep.metric, axes=axes
         )
         collect.log_outputs_to_parent(tracker.client, parent_id, paths)
         scaling.log_fits_to_parent(tracker.client, parent_id, trials, spec.tables)
+        try:
+            ui = _log_key_figures(spec, tracker, trials, axes, best)
+        except Exception as err:  # the figures are a view; the sweep's results are safe
+            print(f"warning: sweep figures not logged: {one_line(err)}", file=sys.stderr)
+            ui = None
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -220,6 +263,10 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
     errors = sum(1 for r in results if r.error is not None)
     seconds = time.perf_counter() - start + timings["startup"]
     print(_report(spec, out_dir, tracking_uri, parent_id, seconds, errors))
+    if ui:  # a SQLite store: the address once `mlflow ui` (above) runs on its default port
+        print(f"open the sweep: {ui}")
+    if best is not None:
+        print(_best_lines(spec, best, axes, tracking_uri, out_dir))
     improving = improving_line(trials)
     if improving:
         print(improving)
@@ -228,12 +275,87 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
     return 1 if errors and errors == len(results) else 0
 
 
+def _log_key_figures(
+    spec: SweepSpec, tracker, trials, axes: list[str], best: dict[str, Any] | None
+) -> str:
+    """The sweep's figures on its parent run (the swept axes as params, the best trial and its
+    metric, trials by status), the UI view that opens on it; returns that view's address."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    from sweeps import ui
+
+    s, client, parent_id = spec.sweep, tracker.client, tracker.parent_run_id
+    params = []
+    for axis in axes:
+        if axis in trials.columns:
+            values = sorted(trials[axis].dropna().unique().tolist(), key=str)
+            params.append(Param(axis, str(values)[:6000]))
+    now = int(time.time() * 1000)
+    metrics = [Metric("trials/total", float(len(trials)), now, 0)]
+    for status, count in trials["status"].fillna("UNKNOWN").value_counts().items():
+        metrics.append(Metric(f"trials/{str(status).lower()}", float(count), now, 0))
+    tags = []
+    if best is not None:
+        metrics.append(Metric(f"best/{s.metric}", float(best[s.metric]), now, 0))
+        tags += [RunTag("sweep.best_trial", str(best["trial_id"]))]
+        tags += [RunTag("sweep.best_run_id", str(best["run_id"]))]
+    existing = client.get_run(parent_id).data.params  # a resumed sweep logged them already
+    params = [p for p in params if p.key not in existing]
+    client.log_batch(parent_id, metrics=metrics, params=params, tags=tags)
+    experiment_id = client.get_run(parent_id).info.experiment_id
+    state = ui.view_state(parent_id, axes, s.metric, s.mode)
+    ui.save_view(client, experiment_id, parent_id, state)
+    uri = tracker.tracking_uri
+    base = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    return ui.ui_address(base, experiment_id, parent_id)
+
+
+def best_trial(trials, metric: str, mode: str) -> dict[str, Any] | None:
+    """The trials row with the best ``metric`` (a dict), or None when no trial has it."""
+    if metric not in trials.columns or trials.empty:
+        return None
+    values = trials[metric].astype(float)
+    if values.isna().all():
+        return None
+    return trials.loc[values.idxmax() if mode == "max" else values.idxmin()].to_dict()
+
+
+def _best_lines(
+    spec: SweepSpec, best: dict[str, Any], axes: list[str], uri: str, out_dir: Path
+) -> str:
+    """The best trial and the exact command that asks its model a question."""
+    import shlex
+
+    import yaml
+
+    from arith.config import from_dict
+    from arith.formats import build_format
+
+    swept = " ".join(f"{k}={best[k]}" for k in axes if k in best)
+    metric = spec.sweep.metric
+    example = "12 + 34 ="
+    saved = out_dir / "models" / str(best["trial_id"]) / "config.yaml"
+    if saved.is_file():  # the trial's own config: task and format may be swept
+        config = from_dict(yaml.safe_load(saved.read_text(encoding="utf-8")))
+        example = build_format(config.format, config.task).example_prompt()
+    command = ["python", "-m", "arith.predict", f"runs:/{best['run_id']}"]
+    command += ["--tracking-uri", uri, example]
+    return "\n".join(
+        [
+            f"best trial:     {spec.name}-{best['trial_id']} ({metric} {best[metric]:.4g}"
+            + (f"; {swept}" if swept else "")
+            + f"), run {best['run_id']}",
+            f"ask its model:  {shlex.join(command)}",
+        ]
+    )
+
+
 def _undelivered(tracker, out_dir: Path) -> str:
     outbox = tracker.outbox
     return (
         f"mlflow at {tracker.tracking_uri} still unreachable {tracker.drain_timeout_s:.0f} s "
-        f"after the sweep ({outbox.last_error}); {len(outbox.pending)} writes not delivered; "
-        f"checkpoints are in {out_dir / 'ray'}"
+        f"after the sweep ({outbox.last_error}); {len(outbox.pending)} writes not delivered, "
+        f"kept in {outbox.journal}: run again with --resume once it is back"
     )
 
 
@@ -269,7 +391,14 @@ def build_tuner(
     # How long the end of a sweep waits for an MLflow server that went away.
     wait_s = float(os.environ.get("SWEEPS_MLFLOW_WAIT_S", "60"))
     tracker = MLflowTracker(
-        tracking_uri, spec.name, resolve, describe, drain_timeout_s=wait_s, metric=s.metric
+        tracking_uri,
+        spec.name,
+        resolve,
+        describe,
+        drain_timeout_s=wait_s,
+        metric=s.metric,
+        journal=out_dir / JOURNAL_FILE,
+        model_dir=out_dir / "models",
     )
     progress = ProgressLine(spec.name, space.n_trials(spec), s.metric, s.mode)
     trainable = tune.with_resources(

@@ -263,6 +263,17 @@ def grid_points(spec) -> list[dict[str, Any]]:
     return [dict(zip(axes, combo, strict=True)) for combo in combos]
 
 
+def tune_ordered_points(spec) -> list[dict[str, Any]]:
+    """The grid points in the order Tune's variant generator creates trials, so that point i is
+    the trial whose id ends in ``_{i:05d}`` (repeat r of it: ``_{r * len(points) + i:05d}``).
+    Tune sorts the grid axes by name and varies the first fastest."""
+    axes = _grid_axes(spec)
+    names = sorted(axes)
+    combos = itertools.product(*(axes[name] for name in reversed(names)))
+    points = [dict(zip(reversed(names), combo, strict=True)) for combo in combos]
+    return [{name: point[name] for name in axes} for point in points]  # keys in the spec's order
+
+
 def _grid_axes(spec) -> dict[str, list[Any]]:
     axes: dict[str, list[Any]] = {}
     for key, dim in spec.space.items():

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from sweeps import auth
 from sweeps.cli import ArgumentParser
 from sweeps.cluster import PROJECT_ROOT, ClusterError, project_runtime_env
 from sweeps.spec import load_spec
@@ -37,6 +38,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tracking-uri", help="MLflow URI the head can reach")
     parser.add_argument("--storage", help="Tune storage path or URI every node can reach")
     parser.add_argument("--storage-shared", action="store_true")
+    parser.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="start over where an earlier run of it lies"
+    )
     parser.add_argument("--no-wait", action="store_true", help="submit, print the id, return")
     return parser.parse_args(argv)
 
@@ -46,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     # Validate here first: a mistake is one line and exit 2 without touching the cluster.
     load_spec(args.spec, args.overrides)
     entrypoint = job_entrypoint(args)
-    client = _client(job_address(args.address))
+    address = job_address(args.address)
+    auth.use_token("--address", address, auth.http_wants_token(address))
+    client = _client(address)
     job_id = client.submit_job(entrypoint=entrypoint, runtime_env=project_runtime_env())
     print(f"submitted job {job_id}: {entrypoint}", file=sys.stderr)
     if args.no_wait:
@@ -94,6 +101,9 @@ def job_entrypoint(args: argparse.Namespace) -> str:
         command += ["--storage", args.storage]
     if args.storage_shared:
         command.append("--storage-shared")
+    for flag in ("resume", "overwrite"):
+        if getattr(args, flag, False):
+            command.append(f"--{flag}")
     return shlex.join(command)
 
 

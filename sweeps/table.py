@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 from mlflow.exceptions import MlflowException
 
+from arith.cli import HelpFormatter
 from sweeps.collect import (
     CollectError,
     child_runs,
@@ -25,6 +26,7 @@ from sweeps.collect import (
     find_parent_run,
     open_client,
     spec_from_parent,
+    swept_paths,
     trials_frame,
     write_outputs,
 )
@@ -41,7 +43,9 @@ def resolve_tracking_uri(flag: str | None) -> str:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m sweeps.table", description=__doc__.split("\n")[0]
+        formatter_class=HelpFormatter,
+        prog="python -m sweeps.table",
+        description=__doc__.split("\n")[0],
     )
     parser.add_argument("sweep", metavar="SWEEP_NAME_OR_DIR", help="experiment name or DIR/<name>")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
@@ -96,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         specs = specs or default_table_specs(trials, metric)
         wanted = [*CURVE_METRICS, *(v for s in specs for v in s.values)]
         curves = curves_frame(client, runs, wanted)
-        paths = write_outputs(trials, curves, specs, out_dir, metric=metric)
+        paths = write_outputs(trials, curves, specs, out_dir, metric=metric, axes=swept_paths(spec))
     except (CollectError, ValueError, MlflowException, OSError) as err:
         message = " ".join(str(getattr(err, "message", None) or err).split())
         print(f"error: {message}", file=sys.stderr)

@@ -11,6 +11,9 @@ writer. That keeps SQLite usable as the default store and the bookkeeping in one
 - Writes go through an ordered buffer (``sweeps.outbox.Outbox``): when the store is
   unreachable, they wait in order and are retried on later results and, with a bounded wait,
   at the end of the sweep, so a short outage loses nothing and does not stop the trials.
+  Each write is a record (``_apply`` carries it out); those that wait are journaled in the
+  output folder, and ``replay`` delivers them after a driver killed during an outage, filtered
+  by what MLflow holds like any other write.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ray.tune import Callback
 
 from arith.trainer import SUMMARY_KEYS
 from sweeps.convergence import CONVERGENCE_TAG
-from sweeps.outbox import Outbox, one_line
+from sweeps.outbox import Outbox, Record, one_line, read_journal
 
 # Reported keys without a namespace that are still training metrics (the rest are Tune's own).
 PLAIN_METRICS = ("epoch", "lr")
@@ -39,6 +42,7 @@ _STATUS = {
     "target_reached": "TERMINATED",
 }
 _BATCH = 100  # MLflow's limit of params per log_batch call
+ML_KIND = "custom_model_development"
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
@@ -83,13 +87,17 @@ class MLflowTracker(Callback):
         resolve: Callable[[dict[str, Any]], Any],
         describe: Callable[[Any], dict[str, Any]] | None = None,
         drain_timeout_s: float = 60.0,
+        model_dir: Path | None = None,
         metric: str | None = None,
+        journal: Path | None = None,
     ) -> None:
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.resolve = resolve
         self.describe = describe
         self.drain_timeout_s = drain_timeout_s
+        # Where each finished trial's model is copied out of Tune's storage before its upload.
+        self.model_dir = model_dir
         # The sweep metric, whose history decides a trial's convergence tag where it has one.
         self.metric = metric
         self.parent_run_id: str | None = None
@@ -97,7 +105,8 @@ class MLflowTracker(Callback):
         self.trials: dict[str, dict[str, Any]] = {}
         # Work a restored trial did again: steps and training seconds since its checkpoint.
         self.redone = {"trials": 0, "steps": 0, "seconds": 0.0}
-        self.outbox = Outbox()
+        self.journal = journal
+        self.outbox = Outbox(self._apply, journal)
         self._client = None
         self._experiment: str | None = None
 
@@ -111,7 +120,11 @@ class MLflowTracker(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles callbacks; clients and unsent writes stay behind.
-        return {**self.__dict__, "_client": None, "_experiment": None, "outbox": Outbox()}
+        return {**self.__dict__, "_client": None, "_experiment": None, "outbox": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.outbox = Outbox(self._apply, self.journal)
 
     @property
     def client(self):
@@ -195,27 +208,32 @@ class MLflowTracker(Callback):
                 self._experiment = self.client.create_experiment(
                     self.experiment_name, artifact_location=location
                 )
+            # Model training, not GenAI: the UI's kind tag (MLflow 3.17's UI reads its kind
+            # from the address, see sweeps.ui, but older and newer ones read this tag).
+            self.client.set_experiment_tag(self._experiment, "mlflow.experimentKind", ML_KIND)
         return self._experiment
 
     # ---- Tune hooks ----
     def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
-        state = self.trials.get(trial.trial_id)
+        trial_id = trial.trial_id
+        state = self.trials.get(trial_id)
+        setup = {"op": "setup", "trial": trial_id, "config": dict(trial.config)}
         if state is None:
-            state = self.trials[trial.trial_id] = _new_state()
-            self.outbox.send(f"child run of {trial.trial_id}", lambda: self._start_child(trial))
-            self.outbox.send(f"params of {trial.trial_id}", lambda: self._log_setup(trial))
+            state = self.trials[trial_id] = _new_state()
+            self._send({"op": "child", "trial": trial_id, "what": f"child run of {trial_id}"})
+            self._send({**setup, "what": f"params of {trial_id}"})
         elif not state["params"]:  # created, but its driver died before the params went out
-            self.outbox.send(f"params of {trial.trial_id}", lambda: self._log_setup(trial))
+            self._send({**setup, "what": f"params of {trial_id}"})
         else:  # a retry or a restored sweep: the same run carries on
             self._count_redo(state, trial)
-            self.outbox.send(f"status of {trial.trial_id}", lambda: self._set_running(state))
+            self._send({"op": "running", "trial": trial_id, "what": f"status of {trial_id}"})
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
         state = self.trials.get(trial.trial_id)
         if state is None:
             return
         if "stopped_reason" in result:  # the trainable's last report: train()'s summary
-            self._log_summary(state, result)
+            self._log_summary(state, result, trial.trial_id)
             return
         step = int(result.get("step", max(state["steps"].values(), default=-1) + 1))
         metrics = {
@@ -226,9 +244,14 @@ class MLflowTracker(Callback):
         state["steps"].update(dict.fromkeys(metrics, step))
         if "time/elapsed_s" in metrics:
             state["elapsed"] = metrics["time/elapsed_s"]
-        self.outbox.send(
-            f"metrics of {trial.trial_id} at step {step}",
-            lambda: self._log_metrics(state["run_id"], metrics, step),
+        self._send(
+            {
+                "op": "metrics",
+                "trial": trial.trial_id,
+                "metrics": metrics,
+                "step": step,
+                "what": f"metrics of {trial.trial_id} at step {step}",
+            }
         )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
@@ -240,6 +263,7 @@ class MLflowTracker(Callback):
         else:  # stopped by the scheduler (ASHA) before train() returned
             status = "EARLY_STOPPED"
             self._log_fallback_summary(state, trial, "scheduler")
+        self._send_model(state, trial)
         self._end_child(state, status, "FINISHED", trial.trial_id)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
@@ -255,22 +279,95 @@ class MLflowTracker(Callback):
     def on_experiment_end(self, trials: list, **info) -> None:
         self.outbox.flush()
 
+    # ---- writes: records, carried out (now or after an outage) by _apply ----
+    def _send(self, record: Record, journaled: bool = False) -> None:
+        self.outbox.send(record, journaled)
+
+    def _apply(self, record: Record) -> None:
+        op, trial_id = record["op"], record.get("trial")
+        state = self.trials.get(trial_id)
+        if op == "child":
+            self._start_child(trial_id)
+        elif op == "setup":
+            self._log_setup(trial_id, record["config"])
+        elif op == "running":
+            self._set_running(state)
+        elif op == "metrics":
+            run_id = record.get("run_id") or state["run_id"]
+            self._log_metrics(run_id, record["metrics"], record["step"], record.get("tags"))
+        elif op == "end":
+            self._end_run(state, record["tags"], record["run_status"])
+        elif op == "model":  # the trial's final model, copied out of Tune's storage
+            self.client.log_artifacts(state["run_id"], record["folder"], "model")
+        else:
+            raise ValueError(f"unknown MLflow write {op!r}")
+
+    def replay(self) -> int:
+        """Deliver the writes a killed driver left in the journal, in order, each skipped or cut
+        down to what MLflow (read by ``attach``) does not hold yet; returns how many were read.
+        Call after ``attach``, before Tune restarts the trials."""
+        records = read_journal(self.journal) if self.journal is not None else []
+        for record in records:
+            record = self._still_missing(record)
+            if record is not None:
+                self._send(record, journaled=True)
+        if self.journal is not None and self.journal.exists() and not self.outbox.pending:
+            os.truncate(self.journal, 0)
+        return len(records)
+
+    def _still_missing(self, record: Record) -> Record | None:
+        """The part of a journaled write that MLflow does not hold yet, or None."""
+        op, trial_id = record["op"], record.get("trial")
+        if trial_id is None:
+            return record
+        state = self.trials.get(trial_id)
+        if op == "child":
+            if state is not None:
+                return None
+            self.trials[trial_id] = _new_state()
+            return record
+        if state is None:  # its child run was never journaled: nothing to attach it to
+            return None
+        if op == "setup":
+            return None if state["params"] else record
+        if op == "running":
+            return None  # Tune sets a trial it restarts running again
+        if op == "model":  # uploading it again replaces the same files
+            return record if Path(record["folder"]).is_dir() else None
+        if op == "metrics" and record.get("summary"):
+            if state["summary"]:
+                return None
+            state.update(summary=True, stopped_reason=record["tags"]["sweep.stopped_reason"])
+            return {**record, "metrics": _not_logged(state, record["metrics"], record["step"])}
+        if op == "metrics":
+            step = record["step"]
+            metrics = {
+                k: v for k, v in record["metrics"].items() if state["steps"].get(k, -1) < step
+            }
+            if not metrics:
+                return None
+            state["steps"].update(dict.fromkeys(metrics, step))
+            return {**record, "metrics": metrics}
+        if op == "end":
+            state["status"] = record["tags"].get("sweep.status", state["status"])
+        return record
+
     # ---- child runs ----
-    def _start_child(self, trial) -> None:
-        state = self.trials[trial.trial_id]
+    def _start_child(self, trial_id: str) -> None:
+        state = self.trials[trial_id]
         if state["created"]:  # a retry: the store may have made the run before the error
-            found = self._find_child(trial.trial_id)
+            found = self._find_child(trial_id)
             if found is not None:
                 state["run_id"] = found
                 return
         state["created"] = True
         run = self.client.create_run(
             self._experiment_id(),
-            run_name=f"{self.experiment_name}-{trial.trial_id}",
+            run_name=f"{self.experiment_name}-{trial_id}",
             tags={
                 "mlflow.parentRunId": self.parent_run_id,
                 "sweep.name": self.experiment_name,
-                "sweep.trial_id": trial.trial_id,
+                "sweep.trial_id": trial_id,
                 "sweep.role": "trial",
                 "sweep.status": "RUNNING",
             },
@@ -286,16 +383,19 @@ class MLflowTracker(Callback):
         )
         return runs[0].info.run_id if runs else None
 
-    def _log_setup(self, trial) -> None:
+    def _log_setup(self, trial_id: str, trial_config: dict[str, Any]) -> None:
         """config.yaml, then the params (their presence marks a complete setup on resume)."""
         from mlflow.entities import Param
 
-        state = self.trials[trial.trial_id]
-        config = self.resolve(trial.config)
+        state = self.trials[trial_id]
+        config = self.resolve(trial_config)
         self._log_text(
             state["run_id"], yaml.safe_dump(config.to_dict(), sort_keys=False), "config.yaml"
         )
         flat = config.flat()
+        # The trial's swept values first (MLflow keeps the order of a batch), then the rest.
+        swept = [k for k in trial_config if k in flat]
+        flat = {**{k: flat[k] for k in swept}, **flat}
         params = [Param(k, str(list(v) if isinstance(v, tuple) else v)) for k, v in flat.items()]
         for i in range(0, len(params), _BATCH):
             self.client.log_batch(state["run_id"], params=params[i : i + _BATCH])
@@ -334,7 +434,7 @@ class MLflowTracker(Callback):
                 run_id, metrics=rows[i : i + _BATCH], tags=run_tags if i == 0 else []
             )
 
-    def _log_summary(self, state: dict[str, Any], result: dict[str, Any]) -> None:
+    def _log_summary(self, state: dict[str, Any], result: dict[str, Any], trial_id: str) -> None:
         if state["summary"]:
             return
         summary = {
@@ -350,10 +450,9 @@ class MLflowTracker(Callback):
         status = _STATUS.get(reason, "TERMINATED")
         state.update(summary=True, stopped_reason=reason, status_logged=status)
         tags = {"sweep.stopped_reason": reason, "sweep.status": status}
-        self.outbox.send(
-            f"summary of run {state['run_id']}",
-            lambda: self._log_metrics(state["run_id"], summary, step, tags),
-        )
+        if "final_weights" in result:  # which weights the test sets measured: best or last
+            tags["sweep.final_weights"] = str(result["final_weights"])
+        self._send(_summary_record(trial_id, _not_logged(state, summary, step), step, tags))
 
     def _log_fallback_summary(self, state: dict[str, Any], trial, reason: str) -> None:
         """Sizes from the config (no model built) for trials that never returned a summary."""
@@ -376,10 +475,8 @@ class MLflowTracker(Callback):
         summary = {k: v for k, v in summary.items() if math.isfinite(v)}
         state.update(summary=True, stopped_reason=reason)
         tags = {"sweep.stopped_reason": reason}
-        self.outbox.send(
-            f"summary of {trial.trial_id}",
-            lambda: self._log_metrics(state["run_id"], summary, step, tags),
-        )
+        summary = _not_logged(state, summary, step)
+        self._send(_summary_record(trial.trial_id, summary, step, tags))
 
     def _end_child(
         self,
@@ -389,24 +486,44 @@ class MLflowTracker(Callback):
         trial_id: str,
         tags: dict[str, str] | None = None,
     ) -> None:
-        from mlflow.entities import RunTag
-
         state["status"] = status
-
         if not tags and state.get("status_logged") == status:
-            tags = None  # the summary's write set it already
+            tags = {}  # the summary's write set it already
         else:
             tags = {**(tags or {}), "sweep.status": status}
+        record = {"op": "end", "trial": trial_id, "tags": tags, "run_status": run_status}
+        self._send({**record, "what": f"end of {trial_id}"})
 
-        def end() -> None:
-            # The metric writes before this one are delivered (the outbox keeps order), so
-            # the run's history in MLflow is the whole curve the label is read from.
-            label = self._convergence(state["run_id"], status, state.get("stopped_reason"))
-            run_tags = [RunTag(k, v) for k, v in {**(tags or {}), CONVERGENCE_TAG: label}.items()]
-            self.client.log_batch(state["run_id"], tags=run_tags)
-            self.client.set_terminated(state["run_id"], status=run_status)
+    def _end_run(self, state: dict[str, Any], tags: dict[str, str], run_status: str) -> None:
+        from mlflow.entities import RunTag
 
-        self.outbox.send(f"end of {trial_id}", end)
+        # The metric writes before this one are delivered (the outbox keeps order), so the
+        # run's history in MLflow is the whole curve the convergence label is read from.
+        status = tags.get("sweep.status", state.get("status") or "")
+        label = self._convergence(state["run_id"], status, state.get("stopped_reason"))
+        tags = {**tags, CONVERGENCE_TAG: label}
+        self.client.log_batch(state["run_id"], tags=[RunTag(k, v) for k, v in tags.items()])
+        self.client.set_terminated(state["run_id"], status=run_status)
+
+    def _send_model(self, state: dict[str, Any], trial) -> None:
+        """The trial's final model (model.pt with its config) as the child run's ``model/``
+        artifact: copied out of Tune's storage now, uploaded through the outbox."""
+        checkpoint = getattr(trial, "checkpoint", None)
+        if self.model_dir is None or checkpoint is None:
+            return
+        from arith.checkpoint import export_model
+
+        folder = self.model_dir / trial.trial_id
+        try:
+            with checkpoint.as_directory() as local:
+                export_model(local, folder)
+        except Exception as err:  # a model lost must not stop the sweep; say so
+            print(f"warning: no model for {trial.trial_id}: {one_line(err)}", file=sys.stderr)
+            return
+        self._send(
+            {"op": "model", "trial": trial.trial_id, "folder": str(folder),
+             "what": f"model of {trial.trial_id}"}
+        )  # fmt: skip
 
     def _convergence(self, run_id: str, status: str, stopped_reason: str | None) -> str:
         """The trial's sweeps.convergence label, from its metric history in MLflow."""
@@ -431,6 +548,28 @@ class MLflowTracker(Callback):
             path = Path(tmp) / name
             path.write_text(text)
             self.client.log_artifact(run_id, str(path))
+
+
+def _not_logged(state: dict[str, Any], metrics: dict[str, float], step: int) -> dict[str, float]:
+    """The metrics MLflow does not hold at ``step`` yet (marked as logged now). A summary needs
+    this as much as a result: MLflow's SQL store commits a batch's metrics and its tags in
+    separate transactions, so a driver killed between them leaves a summary's metrics without
+    the tag that marks it logged."""
+    new = {k: v for k, v in metrics.items() if state["steps"].get(k, -1) < step}
+    state["steps"].update(dict.fromkeys(new, step))
+    return new
+
+
+def _summary_record(trial_id: str, summary: dict, step: int, tags: dict[str, str]) -> Record:
+    return {
+        "op": "metrics",
+        "trial": trial_id,
+        "metrics": summary,
+        "step": step,
+        "tags": tags,
+        "summary": True,
+        "what": f"summary of {trial_id}",
+    }
 
 
 def _new_state() -> dict[str, Any]:

@@ -32,6 +32,7 @@ def summary_report(summary: dict[str, Any]) -> dict[str, Any]:
     """The last report: numeric summary values plus ``stopped_reason`` (the callback's marker)."""
     out = reportable(summary)
     out["stopped_reason"] = str(summary.get("stopped_reason", "max_steps"))
+    out["final_weights"] = str(summary.get("final_weights", "last"))
     return out
 
 

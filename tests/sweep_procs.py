@@ -154,3 +154,36 @@ def stop_mlflow_server(proc: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def reference_trials(sets: list[str], keys: tuple[str, ...], spec: Path = SMOKE):
+    """The trials of a sweep trained back to back in this process, never interrupted (one torch
+    thread, as in a one-CPU Tune trial): a DataFrame of the swept values and ``keys``."""
+    import pandas as pd
+    import torch
+
+    from arith.trainer import train
+    from sweeps.space import grid_points, resolve_run_config
+    from sweeps.spec import load_spec
+
+    loaded = load_spec(spec, sets)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows = []
+    try:
+        for point in grid_points(loaded):
+            config = resolve_run_config(loaded.base, point, loaded.derived)
+            summary = train(config)
+            rows.append({**point, **{k: summary[k] for k in keys}, "status": "TERMINATED"})
+    finally:
+        torch.set_num_threads(threads)
+    return pd.DataFrame(rows)
+
+
+# What sweeps.run says on stderr before Ray is up; a refusal after them is still one error line.
+STATUS_LINES = ("connecting to the Ray cluster at ", "starting a local Ray ")
+
+
+def error_lines(stderr: str) -> list[str]:
+    """stderr without the start-up status lines."""
+    return [line for line in stderr.strip().splitlines() if not line.startswith(STATUS_LINES)]

@@ -56,6 +56,11 @@ def test_predict_completes_prompts_from_arguments_and_stdin(tmp_path):
     assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 1
     bad = run("-m", "arith.predict", str(tmp_path), "12#4 + 1 =")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    for prompt in ("hello", "12 + 34", "12 * 34 ="):  # not a plain addition problem
+        bad = run("-m", "arith.predict", str(tmp_path), "1 + 2 =", prompt)
+        lines = bad.stderr.strip().splitlines()
+        assert bad.returncode == 2 and len(lines) == 1 and prompt in lines[0], bad.stderr
+        assert bad.stdout == ""  # every prompt is checked before any answer
 
 
 @pytest.mark.parametrize(
@@ -77,3 +82,23 @@ def test_bad_configs_exit_2_with_one_line(args, names, tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and names in lines[0], result.stderr
     assert not (tmp_path / "out").exists()  # nothing started, nothing written
+
+
+def test_train_progress_bar_shows_the_running_loss_and_never_nan(tmp_path):
+    result = run("-m", "arith.train", str(CONFIGS[0]), *SMALL, "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    frames = [f for f in result.stderr.replace("\r", "\n").splitlines() if "step" in f]
+    assert frames and "nan" not in result.stderr, result.stderr
+    assert any("loss=" in f for f in frames), result.stderr
+
+
+COMMANDS = ["arith.train", "arith.predict", "arith.bench", "sweeps.run", "sweeps.table"]
+COMMANDS += ["sweeps.submit", "sweeps.bench", "sweeps.findings"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_texts_have_no_restructuredtext_backticks(command):
+    result = run("-m", command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage: python -m " + command in result.stdout
+    assert "`" not in result.stdout, result.stdout

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sweep_procs import error_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
@@ -213,7 +214,7 @@ def test_node_local_storage_is_refused_before_anything_starts(cluster, tmp_path)
         "--tracking-uri", uri, env=cluster.env, cwd=tmp_path, timeout=120,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr[-3000:]
-    lines = result.stderr.strip().splitlines()
+    lines = error_lines(result.stderr)
     assert len(lines) == 1 and lines[0].startswith("error: --storage: "), result.stderr
     assert "2 nodes" in lines[0] and "s3://" in lines[0]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
@@ -224,7 +225,7 @@ def test_unreachable_cluster_is_one_line(tmp_path):
     for module, address in (("sweeps.submit", "http://127.0.0.1:1"),):
         result = run_module(module, str(SMOKE), "--address", address, env=env, cwd=tmp_path)
         assert result.returncode == 2, result.stderr[-2000:]
-        lines = result.stderr.strip().splitlines()
+        lines = error_lines(result.stderr)
         assert len(lines) == 1 and lines[0].startswith("error: --address: "), result.stderr
 
 
@@ -275,7 +276,7 @@ def test_bad_spec_is_refused_before_submitting(cluster, tmp_path):
         env=cluster.env, cwd=tmp_path,
     )  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.startswith("error: sweep.metric: "), bad.stderr
-    assert len(bad.stderr.strip().splitlines()) == 1
+    assert len(error_lines(bad.stderr)) == 1
 
 
 def test_templates_are_well_formed():
@@ -321,3 +322,72 @@ def test_ray_job_submit_by_hand_runs_the_sweep(cluster, tmp_path):
     assert len(children) == 4
     assert {c.data.tags["sweep.status"] for c in children} == {"TERMINATED"}
     assert (tmp_path / "out" / "smoke" / "table.md").is_file()
+
+
+@pytest.fixture(scope="module")
+def default_head(tmp_path_factory):
+    """A one-node head started the default way (``ray start --head``, no RAY_AUTH_* set) on a
+    machine where Ray once wrote its token file (``ray get-auth-token --generate``, as a local
+    ``ray.init()`` does): HOME is a temp dir, so the user's ~/.ray is not involved. Yields
+    (the head, the environment of a user of that machine)."""
+    tmp = tmp_path_factory.mktemp("default_head")
+    head = LocalCluster(tmp)
+    head.temp_dirs = head.temp_dirs[:1]
+    home = tmp / "home"
+    home.mkdir()
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        head.env.pop(name, None)
+    head.env["HOME"] = str(home)
+    made = subprocess.run(
+        [str(BIN / "ray"), "get-auth-token", "--generate"], env=head.env, capture_output=True
+    )
+    assert made.returncode == 0 and (home / ".ray" / "auth_token").is_file(), made.stderr
+    args = ["--head", "--port", str(head.port), "--temp-dir", head.temp_dirs[0]]
+    args += ["--include-dashboard=true", "--dashboard-host", "127.0.0.1"]
+    args += ["--dashboard-port", str(head.dashboard_port)]
+    args += ["--dashboard-agent-listen-port", str(free_port())]
+    args += ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+    try:
+        head._ray_start(args)
+        yield head, head.env
+    finally:
+        head.stop()
+
+
+def test_default_head_takes_the_token_file(default_head, tmp_path):
+    """The head asks for the token that Ray wrote; both commands find and send it."""
+    head, env = default_head
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = run_module(
+        "sweeps.run", str(SMOKE), *SMALL, "--set", "space.train.seed=[0]", "--address",
+        head.address, "--out", str(tmp_path / "out"), "--tracking-uri", uri, env=env,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len(_children(uri)) == 2
+    submitted = run_module(
+        "sweeps.submit", str(SMOKE), *SMALL, "--address", head.dashboard, "--out",
+        str(tmp_path / "job"), "--tracking-uri", f"sqlite:///{tmp_path / 'job.db'}", "--no-wait",
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    assert submitted.stdout.strip().splitlines()[-1].startswith("raysubmit_")
+
+
+def test_default_head_without_a_token_is_one_line_quickly(default_head, tmp_path):
+    head, env = default_head
+    elsewhere = {**env, "HOME": str(tmp_path)}  # a machine without the token file
+    for module, address in (("sweeps.submit", head.dashboard), ("sweeps.run", head.address)):
+        start = time.monotonic()
+        result = run_module(
+            module, str(SMOKE), "--address", address, "--out", str(tmp_path / "out"),
+            "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", env=elsewhere, cwd=tmp_path,
+        )  # fmt: skip
+        seconds = time.monotonic() - start
+        assert result.returncode == 2, result.stderr[-3000:]
+        lines = error_lines(result.stderr)
+        assert len(lines) == 1 and lines[0].startswith("error: --address: "), result.stderr
+        assert "RAY_AUTH_MODE=token" in lines[0] and "~/.ray/auth_token" in lines[0]
+        assert seconds < 30, (module, seconds)  # imports included, on a loaded machine
+        print(f"\n{module} without a token: exit 2 after {seconds:.1f} s")
+    assert not (tmp_path / "mlflow.db").exists()

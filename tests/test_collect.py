@@ -246,3 +246,27 @@ def test_parse_param_column():
     assert collect.parse_param_column(["True", "False"]) == [True, False]
     assert collect.parse_param_column(["[1, 2]", "None"]) == ["[1, 2]", None]
     assert collect.parse_param_column(["rope", "abacus"]) == ["rope", "abacus"]
+
+
+def test_trials_csv_puts_id_status_axes_and_metric_first():
+    raw = {
+        "sweep": {"seeds": [0, 1]},
+        "space": {"model.d_model,model.n_layer": [[16, 1]], "optim.lr": [1e-3]},
+        "derived": {"optim.weight_decay": "optim.lr * 10"},
+    }
+    axes = collect.swept_paths(raw)
+    assert axes == [
+        "model.d_model",
+        "model.n_layer",
+        "optim.lr",
+        "train.seed",
+        "optim.weight_decay",
+    ]
+    columns = ["trial_id", "status", "stopped_reason", "run_id", "model.d_model", "model.d_ff"]
+    columns += ["optim.lr", "train.seed", "n_params", "val/exact_match", "wall_time_s"]
+    ordered = collect.front_first(columns, axes, "val/exact_match")
+    assert ordered[:6] == [
+        "trial_id", "status", "model.d_model", "optim.lr", "train.seed", "val/exact_match"
+    ]  # fmt: skip
+    assert ordered[6:] == ["stopped_reason", "run_id", "model.d_ff", "n_params", "wall_time_s"]
+    assert collect.swept_paths(None) == []

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slow
 
 STEPS = [0, 10, 20, 30, 40, 50, 60]
 OUTAGE_STEPS = list(range(0, 401, 10))
+KILLED_STEPS = list(range(0, 101, 10))
 DIVERGING_LR = 1.0e4  # Adam at this rate, unclipped, turns the loss NaN within a few steps
 
 
@@ -155,7 +156,11 @@ def test_mlflow_outage_mid_sweep_loses_no_metric(tmp_path, monkeypatch):
         # Long enough trials that results keep arriving after the server is down: a 60-step
         # sweep can finish while the server is still shutting down.
         proc = start_sweep(tmp_path, uri, [f"base.train.max_steps={OUTAGE_STEPS[-1]}"])
-        assert wait_until(lambda: n_results() >= 1, 240, proc), (tmp_path / "run.err").read_text()
+        # Down as soon as the sweep's parent run exists, before the trials start: on a quiet
+        # machine the 400-step trials finish in seconds, and Ray writes result files lazily,
+        # so waiting for a first result could leave none to arrive during the outage.
+        started = wait_until(lambda: children(uri, "smoke")[0], 240, proc)
+        assert started, (tmp_path / "run.err").read_text()
         stop_mlflow_server(server)
         down_at = n_results()
         # Trials keep training while the store is away.
@@ -179,3 +184,52 @@ def test_mlflow_outage_mid_sweep_loses_no_metric(tmp_path, monkeypatch):
             kill(proc)
         stop_mlflow_server(server)
     print(f"\noutage: {during_outage} results while the server was down; {pairs} pairs checked")
+
+
+def test_driver_killed_during_an_outage_loses_nothing(tmp_path, monkeypatch):
+    """The server stops mid-sweep, the driver is SIGKILLed while it is down (writes waiting),
+    the server comes back, ``--resume``: every step once, every trial finished, one parent."""
+    monkeypatch.setenv("SWEEPS_MLFLOW_WAIT_S", "180")
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server_root = tmp_path / "server"
+    server_root.mkdir()
+    out = tmp_path / "out" / "smoke"
+    journal = out / "mlflow_outbox.jsonl"
+    sets = [f"base.train.max_steps={KILLED_STEPS[-1]}"]
+
+    def n_waiting() -> int:
+        return len(journal.read_text().splitlines()) if journal.exists() else 0
+
+    server = start_mlflow_server(server_root, port)
+    proc = None
+    try:
+        proc = start_sweep(tmp_path, uri, sets, log="run0")
+        # Down once the parent run exists (see the outage test above): the trials' writes wait.
+        started = wait_until(lambda: children(uri, "smoke")[0], 240, proc)
+        assert started, (tmp_path / "run0.err").read_text()
+        stop_mlflow_server(server)
+        # Several evaluations of both running trials wait for the server, then the driver dies.
+        assert wait_until(lambda: n_waiting() >= 4, 240, proc), (tmp_path / "run0.err").read_text()
+        kill(proc)
+        waiting = n_waiting()
+        server = start_mlflow_server(server_root, port)  # same port, same store
+        proc = start_sweep(tmp_path, uri, sets, resume=True, log="run1")
+        proc.wait(timeout=300)
+        err = (tmp_path / "run1.err").read_text()
+        assert proc.returncode == 0, err[-3000:]
+        assert f"mlflow: {waiting} writes left waiting by the last run replayed" in err
+        assert journal.read_text() == ""
+        parents, runs = children(uri, "smoke")
+        assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+        assert len(runs) == 4
+        for run in runs:
+            assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
+            assert metric_steps(uri, run)["val/exact_match"] == KILLED_STEPS
+            assert "n_params" in run.data.metrics
+        pairs = assert_no_duplicate_steps(uri, runs)
+    finally:
+        if proc is not None and proc.poll() is None:
+            kill(proc)
+        stop_mlflow_server(server)
+    print(f"\nkilled during an outage with {waiting} writes waiting; {pairs} pairs checked")

@@ -321,3 +321,32 @@ def test_sample_and_encode_100k_speed():
     elapsed = time.perf_counter() - start
     print(f"\nsample + encode 100k 3-digit additions (plain): {elapsed * 1000:.0f} ms")
     assert enc.tokens.shape[0] == 100_000
+
+
+PROMPT_CASES = [
+    (TaskConfig(name="addition", n_digits=3), "plain"),
+    (TaskConfig(name="addition", n_digits=3), "spaced"),
+    (TaskConfig(name="addition", n_digits=3), "reversed"),
+    (TaskConfig(name="addition", n_digits=3), "base100"),
+    (TaskConfig(name="multi_op", n_digits=3), "carry_trace"),
+    (TaskConfig(name="modular", modulus=97, operation="div"), "plain"),
+    (TaskConfig(name="sorting", n_digits=3), "plain"),
+]
+
+
+@pytest.mark.parametrize(("task", "name"), PROMPT_CASES, ids=lambda x: getattr(x, "name", x))
+def test_a_typed_prompt_parses_back_to_its_problem(task, name):
+    fmt = build_format(FormatConfig(name=name), task)
+    example = fmt.example_prompt()
+    operands, op = fmt.parse_prompt(example)
+    problem = tasks.from_ints(task, [operands], [op])
+    encoded = fmt.encode(problem)
+    assert fmt.decode(encoded.tokens[0, : encoded.prompt_len[0]].tolist()) == example
+    for bad in ("hello", "", "=", example.replace("=", "")):
+        with pytest.raises(ValueError, match="not a problem of the model's task"):
+            fmt.parse_prompt(bad)
+
+
+def test_reversed_prompts_are_read_least_significant_digit_first():
+    fmt = build_format(FormatConfig(name="reversed"), TaskConfig(name="addition", n_digits=3))
+    assert fmt.parse_prompt("123+45=") == ([321, 54], "+")

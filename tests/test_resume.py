@@ -10,26 +10,27 @@ of an uninterrupted run of the same configs and seeds.
 from __future__ import annotations
 
 import random
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 from sweep_procs import (
     SMOKE,
     assert_no_duplicate_steps,
     children,
     kill,
     metric_steps,
+    reference_trials,
     result_lines,
     start_sweep,
     wait_until,
 )
 
-from arith.trainer import train
 from sweeps.collect import render_tables
-from sweeps.space import grid_points, resolve_run_config
+from sweeps.snapshot import named_checkpoints
 from sweeps.spec import load_spec
 
 pytestmark = pytest.mark.slow
@@ -49,23 +50,6 @@ def logged_progress(uri: str) -> set[tuple[str, int]]:
         for run in runs
         for step in metric_steps(uri, run).get("val/exact_match", [])
     }
-
-
-def reference_trials() -> pd.DataFrame:
-    """The same trials trained back to back in this process, never interrupted (one torch
-    thread, as in a one-CPU Tune trial)."""
-    spec = load_spec(SMOKE, SETS)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    rows = []
-    try:
-        for point in grid_points(spec):
-            config = resolve_run_config(spec.base, point, spec.derived)
-            summary = train(config)
-            rows.append({**point, **{k: summary[k] for k in EXACT}, "status": "TERMINATED"})
-    finally:
-        torch.set_num_threads(threads)
-    return pd.DataFrame(rows)
 
 
 def test_driver_killed_at_random_points_then_resumed(tmp_path):
@@ -114,7 +98,7 @@ def test_driver_killed_at_random_points_then_resumed(tmp_path):
     # The table (and the final metrics of every trial) equal an uninterrupted run's.
     spec = load_spec(SMOKE, SETS)
     trials = pd.read_csv(tmp_path / "out" / "smoke" / "trials.csv")
-    reference = reference_trials()
+    reference = reference_trials(SETS, EXACT)
     keys = list(spec.space)
     merged = trials.merge(reference, on=keys, suffixes=("", "_ref"))
     assert len(merged) == 4
@@ -146,3 +130,46 @@ def test_resume_with_nothing_to_resume_is_one_line(tmp_path):
     assert result.stderr.startswith("error: --resume: nothing to resume in ")
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "mlflow.db").exists()  # nothing logged
+
+
+def test_checkpoints_named_by_the_snapshot_deleted_then_resumed(tmp_path):
+    """The snapshot names checkpoints that are gone (as when num_to_keep deleted them after the
+    last snapshot and the driver was killed): one trial still has an older checkpoint, the other
+    none. Both finish, each in its one child run, with every step once."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
+
+    def restorable() -> list[str]:
+        """Unfinished trials whose snapshot names a checkpoint after their first."""
+        return [
+            trial_id
+            for trial_id, (status, path) in named_checkpoints(experiment_dir).items()
+            if status != "TERMINATED" and path and not path.endswith("checkpoint_000000")
+        ]
+
+    proc = start_sweep(tmp_path, uri, SETS, log="run0")
+    try:
+        assert wait_until(lambda: len(restorable()) >= 2, 240, proc, every_s=0.05)
+    finally:
+        kill(proc)
+    older, none = restorable()[:2]
+    named = named_checkpoints(experiment_dir)
+    shutil.rmtree(named[older][1])
+    for checkpoint in Path(named[none][1]).parent.glob("checkpoint_*"):
+        shutil.rmtree(checkpoint)
+
+    proc = start_sweep(tmp_path, uri, SETS, resume=True, log="run1")
+    proc.wait(timeout=240)
+    err = (tmp_path / "run1.err").read_text()
+    assert proc.returncode == 0, err[-3000:]
+    assert f"trial {older}: checkpoint_" in err and "is gone: restored from checkpoint_" in err
+    assert f"trial {none}: checkpoint_" in err and "is gone: restarted" in err
+    parents, runs = children(uri, "smoke")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    trial_ids = {r.data.tags["sweep.trial_id"] for r in runs}
+    assert len(runs) == 4 and len(trial_ids) == 4 and {older, none} <= trial_ids
+    for run in runs:
+        assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
+        assert metric_steps(uri, run)["val/exact_match"] == STEPS
+        assert "test/exact_match" in run.data.metrics
+    assert_no_duplicate_steps(uri, runs)

@@ -37,6 +37,22 @@ def test_grid_is_the_product_of_lists_and_seeds():
     }
 
 
+def test_dry_run_order_is_the_order_tune_numbers_its_trials():
+    """Tune's own variant generator on the param space: point i is trial ..._0000i."""
+    from ray.tune.search.variant_generator import generate_variants
+
+    spec = make_spec(
+        {"model.n_layer": [1, 2, 3], "model.d_model,model.n_head": [[16, 2], [32, 4]]},
+        seeds=[0, 1],
+    )
+    tune_order = [
+        {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
+        for _, config in generate_variants(space.param_space(spec))
+    ]
+    assert space.tune_ordered_points(spec) == tune_order
+    assert space.tune_ordered_points(spec) != space.grid_points(spec)  # the old numbering
+
+
 def test_num_samples_repeats_the_grid():
     spec = make_spec({"model.d_model": [16, 32]}, num_samples=3)
     assert space.n_trials(spec) == 6
@@ -179,4 +195,4 @@ def test_trainable_reports_numbers_only():
     last = summary_report(
         {"steps": 10, "stopped_reason": "early_stopping", "train/steps_to_100pct": None}
     )
-    assert last == {"steps": 10, "stopped_reason": "early_stopping"}
+    assert last == {"steps": 10, "stopped_reason": "early_stopping", "final_weights": "last"}

@@ -6,7 +6,9 @@ each run's convergence tag, the table's marks and the end-of-run line say so.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +120,124 @@ def test_output_folder(sweep):
     spec = yaml.safe_load(SMOKE.read_text())
     assert (out / "ray" / spec["sweep"]["name"]).is_dir()
     assert not (sweep["tmp"] / "mlruns").exists()  # artifacts live next to the database
+
+
+def _sweep_command(sweep, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    args = [sys.executable, "-m", "sweeps.run", str(SMOKE), "--out", str(sweep["tmp"] / "out")]
+    return subprocess.run(
+        [*args, "--tracking-uri", sweep["uri"], *extra],
+        cwd=sweep["tmp"], capture_output=True, text=True, env=env, timeout=240,
+    )  # fmt: skip
+
+
+def test_says_it_is_starting_ray(sweep):
+    assert "starting a local Ray" in sweep["result"].stderr.splitlines()[0]
+
+
+def test_trials_csv_starts_with_id_status_axes_and_metric(sweep):
+    header = (sweep["out"] / "trials.csv").read_text().splitlines()[0].split(",")
+    metric = "val/loss"  # the fixture's --set sweep.metric
+    assert header[:5] == ["trial_id", "status", "model.d_model", "train.seed", metric]
+
+
+def test_dry_run_numbers_are_tunes_trial_ids(sweep):
+    dry = _sweep_command(sweep, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    listed = {}
+    for line in dry.stdout.splitlines():
+        parts = line.split()
+        if parts and parts[0].isdigit() and len(parts[0]) == 5:
+            listed[parts[0]] = dict(p.split("=") for p in parts[1:3])
+    _, runs = _runs(sweep["uri"])
+    ran = {
+        r.data.tags["sweep.trial_id"].rsplit("_", 1)[1]: {
+            k: r.data.params[k] for k in ("model.d_model", "train.seed")
+        }
+        for r in runs
+        if r.data.tags.get("sweep.role") == "trial"
+    }
+    assert len(listed) == 4 and listed == ran
+
+
+def test_running_the_same_sweep_again_is_refused(sweep):
+    """A finished sweep in --out: one line naming it and --overwrite; nothing started."""
+    before = sorted(p.name for p in (sweep["out"] / "ray" / "smoke").iterdir())
+    again = _sweep_command(sweep)
+    assert again.returncode == 2, again.stderr
+    lines = again.stderr.strip().splitlines()
+    assert len(lines) == 1 and "already ran" in lines[0] and "--overwrite" in lines[0], lines
+    assert "finished" in lines[0] and "--resume" not in lines[0]
+    parents = [r for r in _runs(sweep["uri"])[1] if r.data.tags.get("sweep.role") == "parent"]
+    assert len(parents) == 1
+    assert sorted(p.name for p in (sweep["out"] / "ray" / "smoke").iterdir()) == before
+    both = _sweep_command(sweep, "--resume", "--overwrite")
+    assert both.returncode == 2 and "choose one" in both.stderr
+
+
+def _trial_dirs(tmp: Path) -> set[str]:
+    return {p.parent.name for p in (tmp / "out" / "smoke" / "ray" / "smoke").glob("*/result.json")}
+
+
+def test_overwrite_starts_a_fresh_sweep_without_mixing(tmp_path):
+    sweep = {"tmp": tmp_path, "uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    one_trial = ["--set", "space.model.d_model=[16]", "--set", "space.train.seed=[0]"]
+    one_trial += ["--set", "base.train.max_steps=10"]
+    first = _sweep_command(sweep, *one_trial)
+    assert first.returncode == 0, first.stderr[-2000:]
+    old = _trial_dirs(tmp_path)
+    fresh = _sweep_command(sweep, *one_trial, "--overwrite")
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    new = _trial_dirs(tmp_path)
+    assert len(new) == 1 and not (old & new)  # only the fresh sweep's trial folder
+    runs = _runs(sweep["uri"])[1]
+    parents = [r for r in runs if r.data.tags.get("sweep.role") == "parent"]
+    assert len(parents) == 2  # the earlier parent run stays in MLflow, apart
+    for parent in parents:
+        kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        assert len(kids) == 1
+
+
+def test_every_trial_logs_its_model_and_the_best_one_answers(sweep):
+    client, runs = _runs(sweep["uri"])
+    for child in (r for r in runs if r.data.tags.get("sweep.role") == "trial"):
+        names = {Path(a.path).name for a in client.list_artifacts(child.info.run_id, "model")}
+        assert names == {"model.pt", "config.yaml"}, child.data.tags["sweep.trial_id"]
+        assert child.data.tags["sweep.final_weights"] == "last"  # no early stopping in smoke
+    line = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("ask its model:"))
+    command = shlex.split(line.removeprefix("ask its model:"))
+    assert command[:4] == ["python", "-m", "arith.predict", command[3]]
+    assert command[3].startswith("runs:/")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    asked = subprocess.run(
+        [sys.executable, *command[1:]], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert asked.returncode == 0, asked.stderr
+    assert len(asked.stdout.splitlines()) == 1
+
+
+def test_parent_run_carries_the_sweep_and_the_ui_opens_on_it(sweep):
+    client, runs = _runs(sweep["uri"])
+    parent = next(r for r in runs if r.data.tags.get("sweep.role") == "parent")
+    assert parent.data.params["model.d_model"] == "[16, 32]"
+    assert parent.data.params["train.seed"] == "[0, 1]"
+    assert parent.data.metrics["trials/total"] == 4 == parent.data.metrics["trials/terminated"]
+    metric, pick = "val/loss", min  # the fixture's --set sweep.metric and sweep.mode
+    best = client.get_run(parent.data.tags["sweep.best_run_id"])
+    children = [r for r in runs if r.data.tags.get("sweep.role") == "trial"]
+    top = pick(c.data.metrics[metric] for c in children)
+    assert best.data.metrics[metric] == top
+    assert parent.data.metrics[f"best/{metric}"] == top
+    experiment = client.get_experiment(parent.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    address = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("open the"))
+    key = address.split("viewStateShareKey=")[1]
+    view = json.loads(experiment.tags[f"mlflow.sharedViewState.{key}"])
+    assert view["selectedColumns"][:3] == [
+        "params.`model.d_model`", "params.`train.seed`", f"metrics.`{metric}`"
+    ]  # fmt: skip
+    assert "workflowType=machine_learning" in address
 
 
 def test_convergence_tag_table_marks_and_end_of_run_line(sweep):

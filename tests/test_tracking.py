@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import pickle
 from dataclasses import dataclass, field
 
@@ -241,3 +242,63 @@ def test_attach_takes_what_mlflow_holds_as_the_truth(tmp_path):
     for key, steps in (("val/exact_match", [0, 10, 20]), ("test/exact_match", [10, 20])):
         assert [m.step for m in client.get_metric_history(run_id, key)] == steps
     assert second.redone["trials"] == 1
+
+
+def test_writes_waiting_when_the_driver_dies_are_replayed_once(tmp_path, monkeypatch):
+    """The store goes away, the driver dies with writes waiting: they are in the journal, and a
+    resumed driver delivers them in order, skipping what MLflow already holds."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    journal = tmp_path / "outbox.jsonl"
+    resolve = functools.partial(resolve_run_config, BASE, derived={})
+    first = MLflowTracker(uri, "tracking-test", resolve, describe, journal=journal)
+    parent = first.start_parent("sweep: {name: tracking-test}\n")
+    done, cut = FakeTrial("t_0", {"model.d_model": 32}), FakeTrial("t_1", {"train.seed": 1})
+    first.on_trial_start(0, [], done)
+    first.on_trial_result(1, [], done, eval_result(0, 0.0))
+    assert not journal.exists()  # delivered: nothing waited
+
+    def refused(*args, **kwargs):
+        raise ConnectionError("connection refused")
+
+    for name in ("log_batch", "create_run", "log_artifact", "set_terminated", "set_tag"):
+        monkeypatch.setattr(first.client, name, refused)
+    first.outbox.backoff_s = 0.0
+    first.on_trial_result(2, [], done, eval_result(10, 0.5))
+    first.on_trial_result(2, [], done, eval_result(20, 0.75))
+    first.on_trial_result(3, [], done, summary_result(20))
+    first.on_trial_complete(4, [], done)
+    first.on_trial_start(4, [], cut)  # a trial whose child run the store never saw
+    first.on_trial_result(5, [], cut, eval_result(0, 0.25))
+    waiting = [json.loads(line)["what"] for line in journal.read_text().splitlines()]
+    assert waiting == [
+        "metrics of t_0 at step 10",
+        "metrics of t_0 at step 20",
+        "summary of t_0",
+        "end of t_0",
+        "child run of t_1",
+        "params of t_1",
+        "metrics of t_1 at step 0",
+    ]
+    del first  # the driver is killed: only the journal is left
+
+    second = MLflowTracker(uri, "tracking-test", resolve, describe, journal=journal)
+    second.attach(parent)
+    assert second.replay() == 7
+    # The unfinished trial, restored from its checkpoint at step 0, reports it again: once.
+    second.on_trial_start(6, [], cut)
+    second.on_trial_result(7, [], cut, eval_result(0, 0.25))
+    second.on_trial_result(8, [], cut, eval_result(10, 0.5))
+    assert journal.read_text() == ""
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("tracking-test").experiment_id])
+    children = {r.data.tags["sweep.trial_id"]: r for r in runs if "sweep.trial_id" in r.data.tags}
+    assert sorted(children) == ["t_0", "t_1"]
+    run = children["t_0"]
+    history = client.get_metric_history(run.info.run_id, "val/exact_match")
+    assert [(m.step, m.value) for m in history] == [(0, 0.0), (10, 0.5), (20, 0.75)]
+    assert run.data.metrics["n_params"] == 14688
+    assert (run.data.tags["sweep.status"], run.info.status) == ("EARLY_STOPPED", "FINISHED")
+    cut_run = children["t_1"]
+    assert cut_run.data.params["train.seed"] == "1"
+    history = client.get_metric_history(cut_run.info.run_id, "val/exact_match")
+    assert [(m.step, m.value) for m in history] == [(0, 0.25), (10, 0.5)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import pytest
@@ -79,7 +80,7 @@ def test_reports_are_namespaced_and_the_last_one_has_the_test_set():
     assert "test/exact_match" not in reports[0] and "test/exact_match" in reports[-1]
     assert reports[-1]["done"] == 1
     plain_keys = {k for k in reports[-1] if "/" not in k}
-    assert plain_keys == {"step", "epoch", "lr", "done"}
+    assert plain_keys == {"step", "epoch", "lr", "done", "final_weights_step"}
     assert {"train/loss", "val/exact_match", "perf/tokens_per_s"} <= set(reports[-1])
     assert {"val/exact_match", "test/exact_match", "edge/exact_match"} <= reported_metrics(tiny())
     assert summary["n_params"] == describe(tiny())["n_params"]
@@ -154,6 +155,41 @@ def test_modular_addition_mod_11_is_memorised():
     summary = train(config)
     assert summary["train/exact_match"] == 1.0
     assert summary["train/steps_to_100pct"] is not None
+
+
+def test_progress_is_called_after_every_step_with_the_running_loss():
+    calls: list[tuple[int, dict]] = []
+    train(tiny("train.max_steps=12"), progress=lambda step, total, m: calls.append((step, m)))
+    per_step = [(step, m["train/loss"]) for step, m in calls if "val/exact_match" not in m]
+    assert [step for step, _ in per_step] == list(range(1, 13))
+    assert all(math.isfinite(loss) and loss > 0 for _, loss in per_step)
+    evaluations = [step for step, m in calls if "val/exact_match" in m]
+    assert evaluations == [0, 10, 12]
+
+
+def test_early_stopping_tests_and_saves_the_best_weights(tmp_path):
+    """lr ~0: step 0 stays the monitor's best, so the final model is step 0's weights."""
+    config = tiny("train.max_steps=200", "train.patience=2", "optim.lr=1e-9")
+    first = tmp_path / "at_step_0"
+
+    def keep_step_0(metrics):
+        if metrics["step"] == 0:
+            shutil.copytree(metrics["checkpoint"], first)
+
+    summary = train(config, keep_step_0, checkpoint_dir=tmp_path / "run")
+    assert summary["stopped_reason"] == "early_stopping"
+    assert summary["final_weights"] == "best" and summary["final_weights_step"] == 0
+    saved = ckpt.read_model(tmp_path / "run")
+    assert saved["weights"] == "best" and saved["step"] == 0
+    at_0, last = ckpt.read(first)["model"], ckpt.read(tmp_path / "run")["model"]
+    assert all(torch.equal(saved["model"][k], at_0[k]) for k in at_0)
+    assert not all(torch.equal(saved["model"][k], last[k]) for k in last)
+
+
+def test_without_early_stopping_the_last_weights_are_final(tmp_path):
+    summary = train(tiny("train.max_steps=10"), checkpoint_dir=tmp_path)
+    assert summary["final_weights"] == "last" and summary["final_weights_step"] == 10
+    assert ckpt.read_model(tmp_path)["weights"] == "last"
 
 
 def test_budgets_derive_the_step_count_from_the_cost_of_a_step():

@@ -1,0 +1,93 @@
+"""Token authentication of an existing Ray cluster (Ray 2.60), as ``ray start --head`` sets it up.
+
+``ray start --head`` turns token authentication on when a token exists already, and a local
+``ray.init()`` writes one to ``~/.ray/auth_token``: on a machine that ever ran a local sweep,
+a head started the default way asks for a token. A client sends it only when ``RAY_AUTH_MODE``
+is ``token``. So, before connecting: ask the cluster (one cheap request, no token) whether it
+wants a token; if it does and one is at hand, send it; if none is, one line that says where
+Ray looks for it.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from arith.errors import ConfigError
+
+MODE_ENV = "RAY_AUTH_MODE"
+PLACES = "RAY_AUTH_TOKEN, a file named by RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token"
+
+
+def token_available() -> bool:
+    """A token where Ray's client looks for one (the environment first, then the files)."""
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return True
+    files = [Path.home() / ".ray" / "auth_token"]
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        files.insert(0, Path(os.environ["RAY_AUTH_TOKEN_PATH"]).expanduser())
+    for path in files:
+        try:
+            if path.read_text(encoding="utf-8").strip():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def http_wants_token(address: str) -> bool:
+    """Whether the dashboard / job API at ``address`` (http://host:port) refuses a request
+    without a token. Unreachable: False (the caller's own error says so)."""
+    try:
+        urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=5)
+    except urllib.error.HTTPError as err:
+        return err.code in (401, 403)
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def gcs_wants_token(address: str) -> bool:
+    """Whether the cluster's GCS at ``host:port`` refuses a call without a token."""
+    import grpc
+
+    if "://" in address or ":" not in address:
+        return False  # auto (from the local head's files) or ray:// (Ray Client): Ray decides
+    channel = grpc.insecure_channel(address)
+    try:
+        call = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")
+        call(b"", timeout=5)
+    except grpc.RpcError as err:
+        return err.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        channel.close()
+    return False
+
+
+def use_token(field: str, address: str, wanted: bool) -> None:
+    """Send the token from now on (this process and its children) when the cluster wants one
+    and the mode is not set; ConfigError (one line) when none is at hand."""
+    if not wanted or os.environ.get(MODE_ENV, "").lower() == "token":
+        if wanted and not token_available():
+            raise ConfigError(field, _missing(address))
+        return
+    if os.environ.get(MODE_ENV):  # set, to something else: the user's choice, Ray's error
+        return
+    if not token_available():
+        raise ConfigError(field, _missing(address))
+    os.environ[MODE_ENV] = "token"
+    try:  # a Ray already imported has read its config: make it read the mode again
+        from ray._raylet import Config
+
+        Config.initialize("")
+    except ImportError:
+        pass
+
+
+def _missing(address: str) -> str:
+    return (
+        f"the Ray cluster at {address!r} uses token authentication and no token was found: "
+        f"set {MODE_ENV}=token and put the cluster's token in {PLACES}"
+    )
