@@ -73,7 +73,11 @@ class ProgressLine(Callback):
         )
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
-        value = result.get(self.metric)
+        # A packed sweep reports its members' metrics under "members" (sweeps.packing).
+        for reported in [result, *result.get("members", {}).values()]:
+            self._consider(reported.get(self.metric))
+
+    def _consider(self, value: Any) -> None:
         if isinstance(value, int | float) and math.isfinite(value):
             better = self.best is None or (
                 value > self.best if self.mode == "max" else value < self.best

@@ -131,7 +131,22 @@ def dry_run_text(spec: SweepSpec) -> str:
         )
     note = " (sampled axes at their first value)" if sampled else ""
     lines.append(f"estimated training FLOPs in all: {total_flops:.2e}{note}")
+    if s.pack > 1:
+        lines += _pack_lines(spec)
     return "\n".join(lines)
+
+
+def _pack_lines(spec: SweepSpec) -> list[str]:
+    """The packs a packed sweep trains: which trials (by their ids' ends) share one process."""
+    from sweeps.packing import build_packs
+
+    packs = build_packs(spec)
+    n = sum(len(p) for p in packs)
+    lines = [f"{len(packs)} packs (sweep.pack={spec.sweep.pack}) train these {n} trials:"]
+    for k, pack in enumerate(packs):
+        numbers = ",".join(f"{m.index:05d}" for m in pack)
+        lines.append(f"  pack {k}: {len(pack)} trial(s) {numbers}")
+    return lines
 
 
 def _trial_numbers(i: int, n_points: int, n_samples: int) -> str:
@@ -381,12 +396,31 @@ def build_tuner(
     from ray.tune.logger import JsonLoggerCallback
 
     from arith.trainer import describe
-    from sweeps import space
+    from sweeps import packing, space
     from sweeps.progress import ProgressLine
     from sweeps.tracking import MLflowTracker
-    from sweeps.trainable import train_trial
+    from sweeps.trainable import train_pack_trial, train_trial
 
     s = spec.sweep
+    # Packed: Tune runs one trial per pack, over a grid of pack numbers (sweeps.packing).
+    packs = packing.build_packs(spec) if s.pack > 1 else None
+    if packs is None:
+        param_space, num_samples = space.param_space(spec), s.num_samples
+        trainable = tune.with_parameters(
+            train_trial,
+            base=spec.base,
+            derived=spec.derived,
+            checkpoint_every_s=s.checkpoint_every_s,
+        )
+    else:
+        param_space, num_samples = packing.pack_param_space(packs), 1
+        trainable = tune.with_parameters(
+            train_pack_trial,
+            base=spec.base,
+            derived=spec.derived,
+            packs=packs,
+            checkpoint_every_s=s.checkpoint_every_s,
+        )
     resolve = functools.partial(space.resolve_run_config, spec.base, derived=spec.derived)
     # How long the end of a sweep waits for an MLflow server that went away.
     wait_s = float(os.environ.get("SWEEPS_MLFLOW_WAIT_S", "60"))
@@ -399,17 +433,11 @@ def build_tuner(
         metric=s.metric,
         journal=out_dir / JOURNAL_FILE,
         model_dir=out_dir / "models",
+        packs=packs,
     )
-    progress = ProgressLine(spec.name, space.n_trials(spec), s.metric, s.mode)
-    trainable = tune.with_resources(
-        tune.with_parameters(
-            train_trial,
-            base=spec.base,
-            derived=spec.derived,
-            checkpoint_every_s=s.checkpoint_every_s,
-        ),
-        {"cpu": s.resources.cpu, "gpu": s.resources.gpu},
-    )
+    n_tune_trials = space.n_trials(spec) if packs is None else len(packs)
+    progress = ProgressLine(spec.name, n_tune_trials, s.metric, s.mode)
+    trainable = tune.with_resources(trainable, {"cpu": s.resources.cpu, "gpu": s.resources.gpu})
     run_config = tune.RunConfig(
         name=spec.name,
         storage_path=storage or str(out_dir / "ray"),
@@ -423,7 +451,7 @@ def build_tuner(
     tune_config = tune.TuneConfig(
         search_alg=space.search_algorithm(spec),
         scheduler=space.scheduler(spec),
-        num_samples=s.num_samples,
+        num_samples=num_samples,
         # Tune's variant generator takes its limit itself (space.search_algorithm).
         max_concurrent_trials=s.max_concurrent if s.search == "optuna" else None,
         reuse_actors=True,
@@ -435,14 +463,14 @@ def build_tuner(
             trainable=trainable,
             resume_unfinished=True,
             resume_errored=True,
-            param_space=space.param_space(spec),
+            param_space=param_space,
         )
         # The pickled callbacks hold the old process's clients and code; use this one's.
         tuner._local_tuner.get_run_config().callbacks = run_config.callbacks
         return tuner, tracker
     tuner = tune.Tuner(
         trainable,
-        param_space=space.param_space(spec),
+        param_space=param_space,
         tune_config=tune_config,
         run_config=run_config,
     )

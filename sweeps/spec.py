@@ -85,6 +85,9 @@ class SweepSettings:
     # Seconds between the checkpoints a trial hands Tune (its last report always carries one).
     # Each costs a copy into storage; 0 checkpoints at every evaluation.
     checkpoint_every_s: float = 10.0
+    # Trials that share every shape-determining key train up to this many at once, as one
+    # stacked model in one Tune trial (sweeps.packing); each is still its own trial in MLflow.
+    pack: int = 1
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,18 @@ def _check_settings(s: SweepSettings) -> None:
             s.search != "optuna" or len(s.seeds) == 1,
             "sweep.seeds",
             f"repeats over seeds need search grid or random, not optuna ({list(s.seeds)})",
+        )
+    require(s.pack >= 1, "sweep.pack", f"must be >= 1, but got {s.pack}")
+    if s.pack > 1:  # members of a pack are drawn up front and decided on together
+        require(
+            s.search != "optuna",
+            "sweep.pack",
+            f"{s.pack} needs search grid or random, but got search optuna (use sweep.pack: 1)",
+        )
+        require(
+            s.scheduler.name == "fifo",
+            "sweep.pack",
+            f"{s.pack} needs scheduler fifo, but got {s.scheduler.name} (use sweep.pack: 1)",
         )
     sch = s.scheduler
     if sch.name == "asha":

@@ -33,6 +33,7 @@ from ray.tune import Callback
 from arith.trainer import SUMMARY_KEYS
 from sweeps.convergence import CONVERGENCE_TAG
 from sweeps.outbox import Outbox, Record, one_line, read_journal
+from sweeps.packing import PACK_KEY, Member, member_trial_id
 
 # Reported keys without a namespace that are still training metrics (the rest are Tune's own).
 PLAIN_METRICS = ("epoch", "lr")
@@ -90,6 +91,7 @@ class MLflowTracker(Callback):
         model_dir: Path | None = None,
         metric: str | None = None,
         journal: Path | None = None,
+        packs: list[list[Member]] | None = None,
     ) -> None:
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
@@ -100,6 +102,9 @@ class MLflowTracker(Callback):
         self.model_dir = model_dir
         # The sweep metric, whose history decides a trial's convergence tag where it has one.
         self.metric = metric
+        # A packed sweep's packs (sweeps.packing): each Tune trial is a pack, each member a
+        # trial of its own here, with the id and child run it would have had unpacked.
+        self.packs = packs
         self.parent_run_id: str | None = None
         # trial_id -> {run_id, steps: {key: last step logged}, summary, status, params}
         self.trials: dict[str, dict[str, Any]] = {}
@@ -214,10 +219,21 @@ class MLflowTracker(Callback):
         return self._experiment
 
     # ---- Tune hooks ----
+    def units(self, trial) -> list[tuple[str, dict[str, Any], int | None]]:
+        """What a Tune trial is to MLflow: itself (``(trial_id, config, None)``), or in a packed
+        sweep each member of its pack (``(member's trial id, member's config, position)``)."""
+        if self.packs is None:
+            return [(trial.trial_id, dict(trial.config), None)]
+        members = self.packs[trial.config[PACK_KEY]]
+        return [(member_trial_id(trial.trial_id, m), m.point, i) for i, m in enumerate(members)]
+
     def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
-        trial_id = trial.trial_id
+        for trial_id, config, _ in self.units(trial):
+            self._start(trial_id, config, trial)
+
+    def _start(self, trial_id: str, config: dict[str, Any], trial) -> None:
         state = self.trials.get(trial_id)
-        setup = {"op": "setup", "trial": trial_id, "config": dict(trial.config)}
+        setup = {"op": "setup", "trial": trial_id, "config": config}
         if state is None:
             state = self.trials[trial_id] = _new_state()
             self._send({"op": "child", "trial": trial_id, "what": f"child run of {trial_id}"})
@@ -229,11 +245,19 @@ class MLflowTracker(Callback):
             self._send({"op": "running", "trial": trial_id, "what": f"status of {trial_id}"})
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
-        state = self.trials.get(trial.trial_id)
+        if self.packs is None:
+            self._result(trial.trial_id, result)
+            return
+        for trial_id, _, i in self.units(trial):
+            if str(i) in result.get("members", {}):
+                self._result(trial_id, result["members"][str(i)])
+
+    def _result(self, trial_id: str, result: dict[str, Any]) -> None:
+        state = self.trials.get(trial_id)
         if state is None:
             return
         if "stopped_reason" in result:  # the trainable's last report: train()'s summary
-            self._log_summary(state, result, trial.trial_id)
+            self._log_summary(state, result, trial_id)
             return
         step = int(result.get("step", max(state["steps"].values(), default=-1) + 1))
         metrics = {
@@ -247,34 +271,36 @@ class MLflowTracker(Callback):
         self._send(
             {
                 "op": "metrics",
-                "trial": trial.trial_id,
+                "trial": trial_id,
                 "metrics": metrics,
                 "step": step,
-                "what": f"metrics of {trial.trial_id} at step {step}",
+                "what": f"metrics of {trial_id} at step {step}",
             }
         )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
-        state = self.trials.get(trial.trial_id)
-        if state is None:
-            return
-        if state["summary"]:
-            status = _STATUS.get(state.get("stopped_reason") or "", "TERMINATED")
-        else:  # stopped by the scheduler (ASHA) before train() returned
-            status = "EARLY_STOPPED"
-            self._log_fallback_summary(state, trial, "scheduler")
-        self._send_model(state, trial)
-        self._end_child(state, status, "FINISHED", trial.trial_id)
+        for trial_id, config, i in self.units(trial):
+            state = self.trials.get(trial_id)
+            if state is None:
+                continue
+            if state["summary"]:
+                status = _STATUS.get(state.get("stopped_reason") or "", "TERMINATED")
+            else:  # stopped by the scheduler (ASHA) before train() returned
+                status = "EARLY_STOPPED"
+                self._log_fallback_summary(state, trial_id, config, trial, "scheduler")
+            self._send_model(state, trial, trial_id, i)
+            self._end_child(state, status, "FINISHED", trial_id)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
-        state = self.trials.get(trial.trial_id)
-        if state is None:
-            return
-        if not state["summary"]:
-            self._log_fallback_summary(state, trial, "error")
-        error = str(getattr(trial, "error_file", None) or "")
-        tags = {"sweep.error_file": error}
-        self._end_child(state, "ERROR", "FAILED", trial.trial_id, tags)
+        for trial_id, config, _ in self.units(trial):
+            state = self.trials.get(trial_id)
+            if state is None:
+                continue
+            if not state["summary"]:
+                self._log_fallback_summary(state, trial_id, config, trial, "error")
+            error = str(getattr(trial, "error_file", None) or "")
+            tags = {"sweep.error_file": error}
+            self._end_child(state, "ERROR", "FAILED", trial_id, tags)
 
     def on_experiment_end(self, trials: list, **info) -> None:
         self.outbox.flush()
@@ -454,11 +480,13 @@ class MLflowTracker(Callback):
             tags["sweep.final_weights"] = str(result["final_weights"])
         self._send(_summary_record(trial_id, _not_logged(state, summary, step), step, tags))
 
-    def _log_fallback_summary(self, state: dict[str, Any], trial, reason: str) -> None:
+    def _log_fallback_summary(
+        self, state: dict[str, Any], trial_id: str, config: dict[str, Any], trial, reason: str
+    ) -> None:
         """Sizes from the config (no model built) for trials that never returned a summary."""
         summary: dict[str, float] = {}
         if self.describe is not None:
-            sizes = self.describe(self.resolve(trial.config))
+            sizes = self.describe(self.resolve(config))
             summary = {k: float(sizes[k]) for k in SUMMARY_KEYS if k in sizes}
         last = trial.last_result or {}
         step = max(state["steps"].values(), default=0)
@@ -476,7 +504,7 @@ class MLflowTracker(Callback):
         state.update(summary=True, stopped_reason=reason)
         tags = {"sweep.stopped_reason": reason}
         summary = _not_logged(state, summary, step)
-        self._send(_summary_record(trial.trial_id, summary, step, tags))
+        self._send(_summary_record(trial_id, summary, step, tags))
 
     def _end_child(
         self,
@@ -505,24 +533,27 @@ class MLflowTracker(Callback):
         self.client.log_batch(state["run_id"], tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.set_terminated(state["run_id"], status=run_status)
 
-    def _send_model(self, state: dict[str, Any], trial) -> None:
+    def _send_model(
+        self, state: dict[str, Any], trial, trial_id: str, member: int | None = None
+    ) -> None:
         """The trial's final model (model.pt with its config) as the child run's ``model/``
-        artifact: copied out of Tune's storage now, uploaded through the outbox."""
+        artifact: copied out of Tune's storage now, uploaded through the outbox. ``member``:
+        its position in the pack whose checkpoint holds it (packed sweeps)."""
         checkpoint = getattr(trial, "checkpoint", None)
         if self.model_dir is None or checkpoint is None:
             return
         from arith.checkpoint import export_model
 
-        folder = self.model_dir / trial.trial_id
+        folder = self.model_dir / trial_id
         try:
             with checkpoint.as_directory() as local:
-                export_model(local, folder)
+                export_model(local, folder, member)
         except Exception as err:  # a model lost must not stop the sweep; say so
-            print(f"warning: no model for {trial.trial_id}: {one_line(err)}", file=sys.stderr)
+            print(f"warning: no model for {trial_id}: {one_line(err)}", file=sys.stderr)
             return
         self._send(
-            {"op": "model", "trial": trial.trial_id, "folder": str(folder),
-             "what": f"model of {trial.trial_id}"}
+            {"op": "model", "trial": trial_id, "folder": str(folder),
+             "what": f"model of {trial_id}"}
         )  # fmt: skip
 
     def _convergence(self, run_id: str, status: str, stopped_reason: str | None) -> str:

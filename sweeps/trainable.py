@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sweeps.packing import PACK_KEY, Member
 from sweeps.space import Derived, resolve_run_config
 
 # train() marks its last report "done": 1, which Tune would take as "stop this trial now",
@@ -75,3 +76,50 @@ def train_trial(
         checkpoint_dir = Path(tmp) / "checkpoint"
         summary = train(run_config, report, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
     tune.report(summary_report(summary))
+
+
+def train_pack_trial(
+    config: dict[str, Any],
+    base: dict[str, Any],
+    derived: dict[str, Derived],
+    packs: list[list[Member]],
+    checkpoint_every_s: float = 0.0,
+) -> None:
+    """Tune's function trainable of a packed sweep (sweeps.packing): trains the members of pack
+    ``config["pack"]`` together. Each report carries ``members``: ``{index in the pack: that
+    member's metrics}`` for the members evaluated at one step, with the checkpoint of the whole
+    pack that holds them; the last report carries every member's summary."""
+    import time
+
+    from ray import tune
+
+    from arith.trainer import train_pack
+
+    members = packs[config[PACK_KEY]]
+    run_configs = [resolve_run_config(base, m.point, derived) for m in members]
+    with tempfile.TemporaryDirectory(prefix="arith-pack-") as tmp:
+        resume_from = None
+        restored = tune.get_checkpoint()
+        if restored is not None:
+            resume_from = restored.to_directory(str(Path(tmp) / "restored"))
+        checkpoint_dir = Path(tmp) / "checkpoint"
+        last_saved = time.monotonic()
+
+        def report_step(evaluated: dict[int, dict[str, Any]]) -> None:
+            nonlocal last_saved
+            done = any(m.get("done") for m in evaluated.values())
+            checkpoint = None
+            if done or time.monotonic() - last_saved >= checkpoint_every_s:
+                checkpoint = tune.Checkpoint.from_directory(checkpoint_dir)
+                last_saved = time.monotonic()
+            step = next(iter(evaluated.values()))["step"]
+            reported = {str(i): reportable(m) for i, m in evaluated.items()}
+            tune.report({"step": step, "members": reported}, checkpoint=checkpoint)
+
+        summaries = train_pack(
+            run_configs,
+            checkpoint_dir=checkpoint_dir,
+            resume_from=resume_from,
+            report_step=report_step,
+        )
+    tune.report({"members": {str(i): summary_report(s) for i, s in enumerate(summaries)}})
