@@ -1,0 +1,150 @@
+"""``sweep.pack``: a packed sweep reads exactly like an unpacked one (MLflow, trials.csv, the
+table), and the combinations it does not support are refused in one line before anything starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+from sweep_procs import ROOT, SMOKE, assert_no_duplicate_steps, children, metric_steps
+
+from arith.cli import run_main
+from sweeps import run
+from sweeps.collect import render_tables
+from sweeps.packing import build_packs
+from sweeps.spec import load_spec
+
+# Six trials (three learning rates x two seeds) of one shape: packs of 4 and 2.
+SETS = [
+    "space.model.d_model=[32]",
+    "space.optim.lr=[0.001,0.003,0.01]",
+    "table.rows=[optim.lr]",
+    "table.values=[val/exact_match,test/exact_match]",
+    "base.train.precision=fp32",
+]
+EXACT = ("val/exact_match", "test/exact_match", "train/exact_match", "n_params", "steps")
+
+
+def call_main(argv: list[str]) -> tuple[int, str]:
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            run_main(lambda: run.main(argv))
+        except SystemExit as stop:
+            return int(stop.code or 0), err.getvalue()
+    raise AssertionError("run_main always exits")
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["sweep.pack=0"], "error: sweep.pack: must be >= 1, but got 0"),
+        (
+            ["sweep.pack=4", "sweep.search=optuna"],
+            "error: sweep.pack: 4 needs search grid or random, but got search optuna",
+        ),
+        (
+            ["sweep.pack=4", "sweep.scheduler.name=asha"],
+            "error: sweep.pack: 4 needs scheduler fifo, but got asha",
+        ),
+    ],
+)
+def test_unsupported_packing_is_refused_in_one_line(sets, message, tmp_path):
+    import ray
+
+    argv = [str(SMOKE), "--out", str(tmp_path / "out"), "--tracking-uri"]
+    argv += [f"sqlite:///{tmp_path / 'mlflow.db'}", *(f"--set={s}" for s in sets)]
+    code, stderr = call_main(argv)
+    lines = stderr.strip().splitlines()
+    assert code == 2, stderr
+    assert len(lines) == 1 and lines[0].startswith(message), stderr
+    assert not ray.is_initialized()
+    assert list(tmp_path.iterdir()) == []  # no store, no output folder
+
+
+def test_packs_group_same_shape_trials_in_tune_order():
+    spec = load_spec(SMOKE, ["sweep.pack=2"])  # d_model 16 and 32 differ in shape
+    packs = build_packs(spec)
+    assert [[m.index for m in pack] for pack in packs] == [[0, 2], [1, 3]]
+    assert {m.point["model.d_model"] for m in packs[0]} == {16}
+    spec = load_spec(SMOKE, [*SETS, "sweep.pack=4"])
+    assert [[m.index for m in pack] for pack in build_packs(spec)] == [[0, 1, 2, 3], [4, 5]]
+    text = run.dry_run_text(spec)
+    assert "2 packs (sweep.pack=4) train these 6 trials:" in text
+    assert "  pack 1: 2 trial(s) 00004,00005" in text
+
+
+def _reference(spec) -> pd.DataFrame:
+    """Each trial trained alone, back to back in this process (one torch thread, as in a
+    one-CPU Tune trial): what an unpacked sweep's trials compute."""
+    import torch
+
+    from arith.trainer import train
+    from sweeps.packing import trial_points
+    from sweeps.space import resolve_run_config
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows = []
+    try:
+        for point in trial_points(spec):
+            summary = train(resolve_run_config(spec.base, point, spec.derived))
+            keys = ("train/loss", *EXACT)
+            rows.append({**point, **{k: summary[k] for k in keys}, "status": "TERMINATED"})
+    finally:
+        torch.set_num_threads(threads)
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.slow
+def test_a_packed_sweep_reads_like_the_unpacked_one(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sets = [*SETS, "sweep.pack=4"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    args = [sys.executable, "-m", "sweeps.run", str(SMOKE), "--out", str(tmp_path / "out")]
+    args += ["--tracking-uri", uri, *(f"--set={s}" for s in sets)]
+    result = subprocess.run(
+        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    # One child run per member, under the trial id it would have had unpacked.
+    parents, runs = children(uri, "smoke")
+    assert len(parents) == 1 and len(runs) == 6
+    ids = sorted(r.data.tags["sweep.trial_id"] for r in runs)
+    assert [i.rsplit("_", 1)[1] for i in ids] == [f"{i:05d}" for i in range(6)]
+    assert len({i.rsplit("_", 1)[0] for i in ids}) == 1
+    client = MlflowClient(uri)
+    for r in runs:
+        assert (r.data.tags["sweep.status"], r.info.status) == ("TERMINATED", "FINISHED")
+        assert r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert metric_steps(uri, r)["val/exact_match"] == [0, 10, 20, 30]
+        assert {"optim.lr", "train.seed", "model.d_model"} <= set(r.data.params)
+        files = {a.path for a in client.list_artifacts(r.info.run_id)}
+        assert "config.yaml" in files
+        assert {a.path for a in client.list_artifacts(r.info.run_id, "model")} == {
+            "model/model.pt",
+            "model/config.yaml",
+        }
+    assert_no_duplicate_steps(uri, runs)
+
+    # trials.csv: a row per member; its metrics and the table equal trials trained alone.
+    spec = load_spec(SMOKE, sets)
+    trials = pd.read_csv(tmp_path / "out" / "smoke" / "trials.csv")
+    assert len(trials) == 6
+    reference = _reference(spec)
+    merged = trials.merge(reference, on=["optim.lr", "train.seed"], suffixes=("", "_ref"))
+    assert len(merged) == 6
+    for name in EXACT:
+        assert merged[name].tolist() == merged[f"{name}_ref"].tolist(), name
+    assert merged["train/loss"].tolist() == pytest.approx(merged["train/loss_ref"].tolist(), 1e-4)
+    table = (tmp_path / "out" / "smoke" / "table.md").read_text()
+    assert table == render_tables(reference, spec.tables)
