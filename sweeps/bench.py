@@ -1,4 +1,5 @@
-"""``python -m sweeps.bench [--trials N] [--steps S] [--concurrent C]``: orchestration overhead.
+"""``python -m sweeps.bench [--trials N] [--steps S] [--concurrent C]``: orchestration overhead;
+``python -m sweeps.bench --pack [--sizes 30k,100k,1m] [--packs 1,4,16] [--steps S]``: packing.
 
 Runs the same N tiny trials twice: through the orchestrator (an embedded Ray, Tune with actor
 reuse, MLflow on SQLite, checkpoints at every report, the tables and plots at the end) and back
@@ -6,6 +7,12 @@ to back in this process, calling ``arith.trainer.train`` directly. Prints both w
 their ratio and the overhead per trial. Both sides train with one torch thread per trial, and
 the orchestrator runs one trial at a time unless ``--concurrent`` says otherwise, so the
 difference is the orchestration, not parallelism.
+
+With ``--pack``: for each model size and pack size P, the same P trials (members differing in
+learning rate and seed) trained one after the other with ``arith.trainer.train`` (unpacked: one
+trial per process, as Tune runs them) and together with ``arith.trainer.train_pack`` (packed:
+``sweep.pack: P``); prints trials per hour of each and their ratio. Training only, in this
+process: Ray and MLflow cost the same per trial either way (see the default mode for them).
 """
 
 from __future__ import annotations
@@ -101,6 +108,95 @@ def steady_state(ends: list[float], plain: list[float]) -> float:
     return per_trial - sum(plain[1:]) / len(plain[1:])
 
 
+# Model shapes of about 30K, 100K and 1M parameters on 3-digit addition (arith.model.n_params).
+PACK_SIZES = {"30k": (48, 1), "100k": (64, 2), "1m": (128, 5)}
+
+
+def pack_configs(size: str, n_members: int, steps: int, device: str) -> list:
+    """``n_members`` run configs of one shape that differ in learning rate and seed."""
+    from arith import config as config_lib
+
+    d_model, n_layer = PACK_SIZES[size]
+    common = [
+        "task.n_digits=3",
+        f"model.d_model={d_model}",
+        f"model.n_layer={n_layer}",
+        "model.n_head=4",
+        "data.val_size=64",
+        "data.test_size=64",
+        "data.edge_cases=false",
+        "train.batch_size=64",
+        f"train.max_steps={steps}",
+        f"train.eval_every={steps}",  # evaluate at the start and the end only: time training
+        "train.train_eval_size=32",
+        f"train.device={device}",
+    ]
+    return [
+        config_lib.load(None, [*common, f"optim.lr={1e-3 * (1 + i / n_members):.6g}",
+                               f"train.seed={i}"])
+        for i in range(n_members)
+    ]  # fmt: skip
+
+
+def run_pack_bench(sizes: list[str], packs: list[int], steps: int, device: str) -> list[dict]:
+    """Rows of (size, n_params, pack, unpacked and packed trials per hour, their ratio)."""
+    import torch
+
+    from arith.trainer import describe, train, train_pack
+
+    if device == "cpu":
+        torch.set_num_threads(1)  # one CPU per trial, as a Tune trial holds
+    rows = []
+    for size in sizes:
+        for n_members in packs:
+            configs = pack_configs(size, n_members, steps, device)
+            start = time.perf_counter()
+            for config in configs:
+                train(config)
+            unpacked = time.perf_counter() - start
+            start = time.perf_counter()
+            train_pack(configs)
+            packed = time.perf_counter() - start
+            rows.append(
+                {
+                    "size": size,
+                    "n_params": describe(configs[0])["n_params"],
+                    "pack": n_members,
+                    "unpacked_trials_per_h": 3600 * n_members / unpacked,
+                    "packed_trials_per_h": 3600 * n_members / packed,
+                    "ratio": unpacked / packed,
+                }
+            )
+            print(_pack_row(rows[-1]), flush=True)
+    return rows
+
+
+def _pack_row(row: dict) -> str:
+    return (
+        f"{row['size']:>5} {row['n_params']:>9,} {row['pack']:>5} "
+        f"{row['unpacked_trials_per_h']:>14,.0f} {row['packed_trials_per_h']:>14,.0f} "
+        f"{row['ratio']:>6.2f}"
+    )
+
+
+def pack_main(args: argparse.Namespace) -> int:
+    sizes = [s.strip().lower() for s in args.sizes.split(",")]
+    bad = [s for s in sizes if s not in PACK_SIZES]
+    if bad:
+        raise SystemExit(f"error: --sizes: {bad[0]!r} is not one of {', '.join(PACK_SIZES)}")
+    try:
+        packs = [int(p) for p in args.packs.split(",")]
+    except ValueError:
+        message = f"error: --packs: expected integers like 1,4,16, got {args.packs!r}"
+        raise SystemExit(message) from None
+    if min(packs) < 1:
+        raise SystemExit(f"error: --packs: must be >= 1, but got {min(packs)}")
+    print(f"packed trials, {args.steps} steps each, device {args.device}; trials per hour:")
+    print(f"{'size':>5} {'n_params':>9} {'pack':>5} {'unpacked':>14} {'packed':>14} {'ratio':>6}")
+    run_pack_bench(sizes, packs, args.steps, args.device)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         formatter_class=HelpFormatter,
@@ -110,7 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=8, help="trials (default 8)")
     parser.add_argument("--steps", type=int, default=100, help="steps per trial (default 100)")
     parser.add_argument("--concurrent", type=int, default=1, help="trials at once (default 1)")
+    parser.add_argument("--pack", action="store_true", help="packed against unpacked trials")
+    parser.add_argument("--sizes", default="30k,100k,1m", help="--pack: model sizes")
+    parser.add_argument("--packs", default="1,4,16", help="--pack: pack sizes")
+    parser.add_argument("--device", default="cpu", help="--pack: cpu, cuda, ... (default cpu)")
     args = parser.parse_args(argv)
+    if args.pack:
+        return pack_main(args)
     from sweeps.spec import parse_spec
 
     spec = parse_spec(bench_spec(args.trials, args.steps, args.concurrent))

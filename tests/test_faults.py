@@ -109,6 +109,55 @@ def test_worker_killed_and_diverging_trial(tmp_path):
     print(f"\n1 worker kill survived; 3 trials, {pairs} (metric, step) pairs checked")
 
 
+def test_worker_killed_in_a_pack(tmp_path):
+    """The faults spec packed (sweep.pack=4: its three trials in one process): the pack's worker
+    is SIGKILLed mid-run and retried from the pack's checkpoint; the diverging member stops
+    alone; MLflow ends with each member's run, every step once."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment_dir = tmp_path / "out" / "faults" / "ray" / "faults"
+
+    def running_pack_at_step_20():
+        for name, lines in result_lines(experiment_dir).items():
+            last = lines[-1] if lines else {}
+            if 20 <= last.get("step", -1) < 60:
+                return name, last["pid"]
+        return None
+
+    proc = start_sweep(tmp_path, uri, ["sweep.pack=4"], spec=faults_spec(tmp_path))
+    try:
+        found = wait_until(running_pack_at_step_20, 240, proc, every_s=0.05)
+        assert found, (tmp_path / "run.err").read_text()[-3000:]
+        victim, pid = found
+        assert _is_ray_worker(pid), pid
+        os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    assert proc.returncode == 0, (tmp_path / "run.err").read_text()[-3000:]
+
+    lines = result_lines(experiment_dir)
+    assert list(lines) == [victim]  # one Tune trial: the pack
+    steps = [line["step"] for line in lines[victim] if "step" in line]
+    assert steps.count(0) == 1 and steps[-1] == 60, steps
+    assert {line["pid"] for line in lines[victim]} - {pid}, "no retry in a new worker"
+
+    parents, runs = children(uri, "faults")
+    assert len(parents) == 1 and len(runs) == 3
+    by_lr = {float(r.data.params["optim.lr"]): r for r in runs}
+    for lr in (3.0e-3, 1.0e-3):
+        run = by_lr[lr]
+        assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
+        assert metric_steps(uri, run)["val/exact_match"] == STEPS
+    diverged = by_lr[DIVERGING_LR]
+    assert diverged.data.tags["sweep.status"] == "DIVERGED"
+    assert diverged.data.metrics["steps"] < 60
+    pairs = assert_no_duplicate_steps(uri, runs)
+    trials = pd.read_csv(tmp_path / "out" / "faults" / "trials.csv")
+    assert sorted(trials["status"]) == ["DIVERGED", "TERMINATED", "TERMINATED"]
+    print(f"\n1 worker kill of a pack survived; 3 members, {pairs} (metric, step) pairs checked")
+
+
 def test_mlflow_unreachable_at_start_is_one_line_within_seconds(tmp_path):
     port = free_port()  # nothing listens there
     start = time.monotonic()

@@ -148,3 +148,15 @@ def test_a_packed_sweep_reads_like_the_unpacked_one(tmp_path):
     assert merged["train/loss"].tolist() == pytest.approx(merged["train/loss_ref"].tolist(), 1e-4)
     table = (tmp_path / "out" / "smoke" / "table.md").read_text()
     assert table == render_tables(reference, spec.tables)
+
+
+def test_bench_pack_at_a_tiny_size(capsys):
+    from sweeps import bench
+
+    assert bench.main(["--pack", "--sizes", "30k", "--packs", "1,2", "--steps", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["size", "n_params", "pack", "unpacked", "packed", "ratio"]
+    rows = [line.split() for line in lines[2:]]
+    assert [(r[0], r[2]) for r in rows] == [("30k", "1"), ("30k", "2")]
+    assert 20_000 < int(rows[0][1].replace(",", "")) < 40_000  # "about 30K parameters"
+    assert all(float(r[5]) > 0 for r in rows)
