@@ -160,3 +160,25 @@ def test_bench_pack_at_a_tiny_size(capsys):
     assert [(r[0], r[2]) for r in rows] == [("30k", "1"), ("30k", "2")]
     assert 20_000 < int(rows[0][1].replace(",", "")) < 40_000  # "about 30K parameters"
     assert all(float(r[5]) > 0 for r in rows)
+
+
+def test_random_trials_are_drawn_as_tune_draws_them():
+    """The driver's draws for packing equal the configs Tune's own generator gives an
+    unpacked sweep of the same spec and seed."""
+    from ray.tune.experiment import Experiment
+    from ray.tune.search import BasicVariantGenerator
+
+    from sweeps.packing import trial_points
+    from sweeps.space import param_space
+
+    sets = ["sweep.search=random", "sweep.num_samples=3", "sweep.seed=7"]
+    sets.append("space.optim.lr={loguniform: [0.0001, 0.01]}")
+    spec = load_spec(SMOKE, sets)
+    generator = BasicVariantGenerator(random_state=spec.sweep.seed)
+    experiment = Experiment("x", lambda config: None, config=param_space(spec), num_samples=3)
+    generator.add_configurations([experiment])
+    drawn = []
+    while (trial := generator.next_trial()) is not None:
+        drawn.append(trial.config)
+    assert len(drawn) == 3 and len({t["optim.lr"] for t in drawn}) == 3
+    assert trial_points(spec) == drawn
