@@ -107,6 +107,28 @@ def test_a_resumed_pack_continues_exactly(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_each_member_keeps_its_own_model_and_best_weights(tmp_path):
+    """model.pt per member (best weights with patience, as train() alone keeps them), and a
+    member's last weights sliced out of a pack checkpoint when it has no model.pt yet."""
+    configs = [tiny(*m) for m in MEMBERS]
+    configs[1] = tiny(*MEMBERS[1], "train.patience=5")
+    summaries = train_pack(configs, checkpoint_dir=tmp_path / "pack")
+    assert [s["final_weights"] for s in summaries] == ["last", "best", "last"]
+    alone = train(configs[1], checkpoint_dir=tmp_path / "alone")
+    assert summaries[1]["final_weights_step"] == alone["final_weights_step"]
+    own = ckpt.read_model(ckpt.member_dir(tmp_path / "pack", 1, 3))
+    single = ckpt.read_model(tmp_path / "alone")
+    assert (own["weights"], own["step"]) == (single["weights"], single["step"])
+    for key, value in single["model"].items():
+        assert torch.allclose(own["model"][key], value, rtol=1e-4, atol=1e-5), key
+
+    (ckpt.member_dir(tmp_path / "pack", 2, 3) / ckpt.MODEL_FILE).unlink()
+    exported = ckpt.read_model(ckpt.export_model(tmp_path / "pack", tmp_path / "m2", member=2))
+    packed = ckpt.read(tmp_path / "pack")["model"]
+    assert exported["config"] == configs[2].to_dict() and exported["weights"] == "last"
+    assert all(torch.equal(exported["model"][k], packed[k][2:3]) for k in packed)
+
+
 def test_members_must_share_the_shape():
     with pytest.raises(ConfigError, match=r"model\.d_model"):
         train_pack([tiny(), tiny("model.d_model=32")])
