@@ -52,15 +52,18 @@ def logged_progress(uri: str) -> set[tuple[str, int]]:
     }
 
 
-def test_driver_killed_at_random_points_then_resumed(tmp_path):
+@pytest.mark.parametrize("pack", [1, 2], ids=["unpacked", "packed"])
+def test_driver_killed_at_random_points_then_resumed(tmp_path, pack):
+    """``pack=2``: the same sweep in two packs of two (sweeps.packing), killed and resumed."""
     rng = random.Random(2024)
+    sets = [*SETS, f"sweep.pack={pack}"]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
 
     def n_results() -> int:
         return sum(len(lines) for lines in result_lines(experiment_dir).values())
 
-    proc = start_sweep(tmp_path, uri, SETS, log="run0")
+    proc = start_sweep(tmp_path, uri, sets, log="run0")
     progress: set[tuple[str, int]] = set()
     kills = 0
     try:
@@ -73,7 +76,7 @@ def test_driver_killed_at_random_points_then_resumed(tmp_path):
             now = logged_progress(uri)
             assert progress <= now, "MLflow lost progress across a driver kill"
             progress = now
-            proc = start_sweep(tmp_path, uri, SETS, resume=True, log=f"run{round_ + 1}")
+            proc = start_sweep(tmp_path, uri, sets, resume=True, log=f"run{round_ + 1}")
         proc.wait(timeout=240)
     finally:
         if proc.poll() is None:
@@ -96,7 +99,7 @@ def test_driver_killed_at_random_points_then_resumed(tmp_path):
     assert "restored from checkpoints:" in out
 
     # The table (and the final metrics of every trial) equal an uninterrupted run's.
-    spec = load_spec(SMOKE, SETS)
+    spec = load_spec(SMOKE, sets)
     trials = pd.read_csv(tmp_path / "out" / "smoke" / "trials.csv")
     reference = reference_trials(SETS, EXACT)
     keys = list(spec.space)
@@ -107,7 +110,8 @@ def test_driver_killed_at_random_points_then_resumed(tmp_path):
         # accuracies and counts are exact.
         expected = merged[f"{name}_ref"].tolist()
         if name.endswith("loss"):
-            expected = pytest.approx(expected, rel=1e-6)
+            # A pack's batched matmuls round differently again (arith's tests: 1e-4).
+            expected = pytest.approx(expected, rel=1e-6 if pack == 1 else 1e-4)
         assert merged[name].tolist() == expected, name
     table = (tmp_path / "out" / "smoke" / "table.md").read_text()
     assert table == render_tables(reference, spec.tables)
