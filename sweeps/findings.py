@@ -152,6 +152,11 @@ def section(claim: Claim, frames: dict, tables: str, record: dict, plot: str | N
         *(["**What this run shows:**", "", *(f"- {s}" for s in shows), ""] if shows else []),
         f"Measured: {record['wall_s']:.0f} s ({minutes:.1f} min) on {record['machine']}"
         + (f", {record['date']}" if "date" in record else "")
+        + (
+            f"; the 15-minute CPU budget: {'**met**' if minutes <= 15 else '**not met**'}"
+            if "no GPU" in record["machine"]
+            else ""
+        )
         + ".  ",
         f"Command: `{record['command']}`",
         "",
