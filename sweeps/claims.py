@@ -187,11 +187,17 @@ def _multi_op(frames: Frames) -> list[str]:
     out = []
     weights = trials["task.op_weights"].astype(str) if "task.op_weights" in trials else None
     groups = trials.groupby(weights) if weights is not None else [("all", trials)]
+    measured = []
     for label, rows in groups:
         per = {op: _col(rows, f"test/exact_match/{op}").mean() for op in ops}
         text = ", ".join(f"{op} {_pct(v)}" for op, v in per.items())
         hardest = min((v, op) for op, v in per.items() if np.isfinite(v))[1] if per else "?"
         out.append(f"op weights {label}: {text}; hardest: {hardest}.")
+        measured.append((label, per))
+    if len(measured) == 2:  # the effect of the weighting, in points of exact match per operation
+        (first, a), (second, b) = measured
+        shifts = ", ".join(f"{op} {100 * (b[op] - a[op]):+.1f}" for op in ops)
+        out.append(f"Weights {second} against {first}, in points: {shifts}.")
     return out
 
 

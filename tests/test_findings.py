@@ -39,6 +39,29 @@ def test_size_ladder_check_names_the_rung_nearest_the_seed_model():
     assert "(250,000 parameters) reaches 60.0 %, against the seed's 37.6 %" in sentences[2]
 
 
+def test_multi_op_check_names_the_hardest_operation_and_the_weighting_effect():
+    names = [f"test/exact_match/{op}" for op in ["add", "sub", "mul", "floordiv", "mod"]]
+    uniform = ["[1, 1, 1, 1, 1]", 1.0, 0.4, 0.0, 0.8, 0.5]
+    hard = ["[1, 1, 2, 2, 2]", 0.9, 0.1, 0.2, 0.8, 0.6]
+    trials = pd.DataFrame([uniform, hard], columns=["task.op_weights", *names])
+    sentences = CLAIMS["multi_op"].check({"main": trials})
+    assert sentences[0].endswith("hardest: mul.") and sentences[1].endswith("hardest: sub.")
+    assert sentences[2] == (
+        "Weights [1, 1, 2, 2, 2] against [1, 1, 1, 1, 1], in points: "
+        "add -10.0, sub -30.0, mul +20.0, floordiv +0.0, mod +10.0."
+    )
+
+
+def test_optuna_check_reads_a_stopped_trial_by_its_last_validation():
+    main = pd.DataFrame(
+        {"best/val/exact_match": [None, None], "val/exact_match": [0.0, 0.9], "steps": [150, 900]}
+    )
+    grid = pd.DataFrame({"best/val/exact_match": [0.5, 0.905], "steps": [3000, 3000]})
+    sentences = CLAIMS["optuna_lr"].check({"main": main, "optuna_lr_grid": grid})
+    assert sentences[0].startswith("Optuna + ASHA: best 90.0 % in 1,050 training steps")
+    assert sentences[1] == "Within 0.01 of the grid: **met**; at most half its steps: **met**."
+
+
 @pytest.mark.slow
 def test_findings_command_runs_a_space_and_rebuilds_the_report_from_mlflow(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
