@@ -29,6 +29,9 @@ class Claim:
     """Sentences on what the run shows, from the trials of each sweep by name."""
     companions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Further sweeps of the same spec run side by side: sweep name -> ``--set`` overrides."""
+    plot: str | None = None
+    """The figure that shows the phenomenon (a key of ``sweeps.plots.plots_for``), if not the
+    report's default choice."""
 
 
 def _pct(x: float) -> str:
@@ -249,6 +252,7 @@ CLAIMS: dict[str, Claim] = {
             "Division mod 97 on a 70/15/15 split groks with weight decay 1.0 after about 185k "
             "steps (95 % test); three seeds as mean ± std.",
             _grokking,
+            plot="training_curves",  # the late jump of validation exact match is the finding
         ),
         Claim(
             "batch_lr",
@@ -256,6 +260,7 @@ CLAIMS: dict[str, Claim] = {
             "With lr = 1e-3 * sqrt(batch / 32), steps to 100 % train and steps to grok fall "
             "as the batch grows.",
             _batch_lr,
+            plot="training_curves",
         ),
         Claim(
             "abacus_length",

@@ -109,7 +109,9 @@ def _parent_id(results: Path, sweep: str) -> str | None:
     return None
 
 
-def collect_sweep(sweep: str, results: Path, uri: str) -> tuple[pd.DataFrame, str, dict, object]:
+def collect_sweep(
+    sweep: str, results: Path, uri: str, plot: str | None = None
+) -> tuple[pd.DataFrame, str, dict, object]:
     """(trials, tables markdown, run record, the section's figure or None) of one sweep."""
     parent_id = _parent_id(results, sweep)
     client = open_client(uri)
@@ -137,7 +139,8 @@ def collect_sweep(sweep: str, results: Path, uri: str) -> tuple[pd.DataFrame, st
         }
     record = {**record, "unfinished": left_out}
     figures = plots_for(trials, curves, metric) if not trials.empty else {}
-    figure = next((figures[k] for k in PLOT_PREFERENCE if k in figures), None)
+    preference = ((plot,) if plot else ()) + PLOT_PREFERENCE
+    figure = next((figures[k] for k in preference if k in figures), None)
     return trials, render_tables(trials, specs), record, figure
 
 
@@ -221,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 sections.append(not_run_section(claim))
                 continue
             for key, (sweep, _) in sweeps.items():
-                trials, tables, record, figure = collect_sweep(sweep, results, uri)
+                trials, tables, record, figure = collect_sweep(sweep, results, uri, claim.plot)
                 frames[key] = trials
                 parts.append((sweep, tables, record, figure))
             _, tables, record, figure = parts[0]
