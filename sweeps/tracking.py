@@ -404,6 +404,9 @@ class MLflowTracker(Callback):
     def _set_running(self, state: dict[str, Any]) -> None:
         self.client.set_tag(state["run_id"], "sweep.status", "RUNNING")
         state["status"] = "RUNNING"
+        # A trial restored after its summary had set its final status: that tag is RUNNING now,
+        # so its end must write the status again (found by tests/test_chaos.py)
+        state.pop("status_logged", None)
 
     def _count_redo(self, state: dict[str, Any], trial) -> None:
         """Steps (and training seconds) a restored trial will train again: from its checkpoint
