@@ -71,6 +71,8 @@ def test_findings_command_runs_a_space_and_rebuilds_the_report_from_mlflow(tmp_p
     assert findings.main([*common, "--run", *tiny, "--out", str(out)]) == 0
     report = (out / "findings.md").read_text()
     assert "## smoke" in report
+    # Running one space leaves the other spaces' sections in the report (here: not run yet).
+    assert "## grokking" in report and "## abacus_length" in report
     assert (
         "Command: `python -m sweeps.run search_spaces/smoke.yaml --set base.train.max_steps=10"
         in report
