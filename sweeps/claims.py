@@ -129,12 +129,21 @@ def _batch_lr(frames: Frames) -> list[str]:
     to_train = _cells(trials, keys, "train/steps_to_100pct")
     reached = to_val["mean"].notna().all() and len(to_val) > 0
 
-    def steps(x: float) -> str:
-        return "never" if pd.isna(x) else f"{x:,.0f}"
+    # A trial that stops at its validation target may stop before every sampled training
+    # problem is right: that is "not before it stopped", not "never".
+    reasons = trials.get("stopped_reason", pd.Series("", index=trials.index))
+    stopped = trials.assign(_t=reasons.eq("target_reached"))
+    at_target = stopped.groupby([k for k in keys if k in trials], dropna=False)["_t"].all()
 
-    rows = ", ".join(
-        f"batch {int(v['train.batch_size'])} (lr {v['optim.lr']:.2g}): "
-        f"{steps(t['mean'])} to 100 % train, {steps(v['mean'])} to the threshold"
+    def steps(x: float, early: bool = False) -> str:
+        if pd.isna(x):
+            return "not before the validation target stopped it" if early else "never"
+        return f"at {x:,.0f}"
+
+    rows = "; ".join(
+        f"batch {int(v['train.batch_size'])} (lr {v['optim.lr']:.2g}): threshold "
+        f"{steps(v['mean'])}, 100 % train "
+        f"{steps(t['mean'], bool(at_target.get(tuple(v[k] for k in keys), False)))}"
         for (_, v), (_, t) in zip(to_val.iterrows(), to_train.iterrows(), strict=True)
     )
     falls = bool((to_val.sort_values("train.batch_size")["mean"].diff().dropna() <= 0).all())

@@ -89,3 +89,22 @@ def test_findings_names_a_missing_space(tmp_path, capsys):
     code = findings.main(["nonesuch", "--results", str(tmp_path), "--out", str(tmp_path)])
     assert code == 2
     assert "space 'nonesuch': no file search_spaces/nonesuch.yaml" in capsys.readouterr().err
+
+
+def test_batch_lr_check_tells_a_target_stop_from_never():
+    main = pd.DataFrame(
+        {
+            "train.batch_size": [512, 1024, 128],
+            "optim.lr": [0.004, 0.0057, 0.002],
+            "train/steps_to_100pct": [None, 1800, None],
+            "val/steps_to_threshold": [4000, 1800, None],
+            "stopped_reason": ["target_reached", "target_reached", "max_steps"],
+        }
+    )
+    sentences = CLAIMS["batch_lr"].check({"main": main})
+    assert "batch 128 (lr 0.002): threshold never, 100 % train never" in sentences[0]
+    assert (
+        "batch 512 (lr 0.004): threshold at 4,000, 100 % train not before the validation"
+        in (sentences[0])
+    )
+    assert sentences[1] == "Every batch size reaches the threshold: **not met**."
