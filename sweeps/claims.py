@@ -130,10 +130,11 @@ def _batch_lr(frames: Frames) -> list[str]:
     reached = to_val["mean"].notna().all() and len(to_val) > 0
 
     # A trial that stops at its validation target may stop before every sampled training
-    # problem is right: that is "not before it stopped", not "never".
+    # problem is right: that is "not before it stopped", not "never". Grouped as _cells groups.
     reasons = trials.get("stopped_reason", pd.Series("", index=trials.index))
-    stopped = trials.assign(_t=reasons.eq("target_reached"))
-    at_target = stopped.groupby([k for k in keys if k in trials], dropna=False)["_t"].all()
+    present = [k for k in keys if k in trials.columns]
+    at_target = trials.assign(_t=reasons.eq("target_reached")).groupby(present, dropna=False)
+    at_target = at_target["_t"].all().reset_index()
 
     def steps(x: float, early: bool = False) -> str:
         if pd.isna(x):
@@ -142,9 +143,10 @@ def _batch_lr(frames: Frames) -> list[str]:
 
     rows = "; ".join(
         f"batch {int(v['train.batch_size'])} (lr {v['optim.lr']:.2g}): threshold "
-        f"{steps(v['mean'])}, 100 % train "
-        f"{steps(t['mean'], bool(at_target.get(tuple(v[k] for k in keys), False)))}"
-        for (_, v), (_, t) in zip(to_val.iterrows(), to_train.iterrows(), strict=True)
+        f"{steps(v['mean'])}, 100 % train {steps(t['mean'], bool(e['_t']))}"
+        for (_, v), (_, t), (_, e) in zip(
+            to_val.iterrows(), to_train.iterrows(), at_target.iterrows(), strict=True
+        )
     )
     falls = bool((to_val.sort_values("train.batch_size")["mean"].diff().dropna() <= 0).all())
     return [

@@ -306,8 +306,8 @@ def test_writes_waiting_when_the_driver_dies_are_replayed_once(tmp_path, monkeyp
 
 def test_spec_of_a_new_parent_waits_in_the_outbox_when_the_store_fails(tmp_path):
     # CI saw a server go down between the parent run and its spec artifact end the sweep.
-    # Here the artifact store is a folder that does not exist yet: the spec waits, the sweep
-    # goes on, and it is delivered once the folder is there.
+    # Here a file stands where the artifact folder should be: the spec waits, the sweep goes
+    # on, and it is delivered once the file is gone.
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = make_tracker(uri)
     store = tmp_path / "artifacts"
