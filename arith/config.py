@@ -11,6 +11,7 @@ a ``--set`` override, a sweep's search space, an MLflow parameter and a table co
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,22 @@ def from_dict(data: dict[str, Any] | None) -> RunConfig:
     return dataconf.from_dict(RunConfig, data or {})
 
 
+# YAML 1.1 (PyYAML) reads 1e-3 as the string "1e-3"; a float needs a dot (1.0e-3). Researchers
+# write learning rates as 1e-3, so such strings become floats where YAML is read.
+_SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def with_floats(value: Any) -> Any:
+    """``value`` with every string in scientific notation (``"1e-3"``) as a float, recursively."""
+    if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: with_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [with_floats(v) for v in value]
+    return value
+
+
 def load_yaml(path: str | Path, label: str = "config", allow_empty: bool = True) -> dict[str, Any]:
     """A YAML file's mapping as nested dicts (``yaml.safe_load``: specs are data, not code).
 
@@ -107,7 +124,7 @@ def load_yaml(path: str | Path, label: str = "config", allow_empty: bool = True)
         return {}
     if not isinstance(data, dict):
         raise ConfigError(label, f"{path} must hold a mapping, but holds {type(data).__name__}")
-    return data
+    return with_floats(data)
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -120,7 +137,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
-    return key, value
+    return key, with_floats(value)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -226,6 +226,7 @@ class BatchSource:
         self.rng = np.random.default_rng([seed, 3])
         self.order: np.ndarray | None = None
         self.cursor = 0
+        self._by_op: list[np.ndarray] | None = None  # pool rows of each operation (op_weights)
 
     def next_problems(self) -> Problems:
         pool = self.dataset.train_pool
@@ -233,6 +234,8 @@ class BatchSource:
             return sample_split(
                 self.dataset.task, self.data, self.dataset.split_salt, 0, self.batch_size, self.rng
             )
+        if self.dataset.task.name == "multi_op" and self.dataset.task.op_weights is not None:
+            return pool.take(self._weighted_draw(pool))
         index = []
         need = self.batch_size
         while need > 0:
@@ -243,6 +246,21 @@ class BatchSource:
             need -= len(chunk)
             index.append(chunk)
         return pool.take(np.concatenate(index))
+
+    def _weighted_draw(self, pool: Problems) -> np.ndarray:
+        """Pool indices with each operation drawn in proportion to ``task.op_weights`` (as when
+        problems are sampled fresh), then a problem of it uniformly: epochs over a pool would
+        give each operation its share of the pool whatever its weight."""
+        if self._by_op is None:
+            self._by_op = [np.flatnonzero(pool.op == i) for i in range(len(self.dataset.task.ops))]
+        weights = np.array(self.dataset.task.op_weights, dtype=np.float64)
+        weights[[len(rows) == 0 for rows in self._by_op]] = 0.0
+        ops = self.rng.choice(len(weights), size=self.batch_size, p=weights / weights.sum())
+        index = np.empty(self.batch_size, dtype=np.int64)
+        for op, rows in enumerate(self._by_op):
+            chosen = np.flatnonzero(ops == op)
+            index[chosen] = rows[self.rng.integers(0, len(rows), size=len(chosen))]
+        return index
 
     def next_batch(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(inputs, targets, loss_mask)`` on ``device``; targets are inputs shifted by one."""

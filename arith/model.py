@@ -94,6 +94,10 @@ class ModelConfig:
     """RoPE base; seed 002 uses 100 for its short sequences."""
     abacus_max_k: int = 100
     """Largest digit index the Abacus table holds; training offsets indices up to it."""
+    log_length_attention: bool = False
+    """Scale each query's attention logits by log(number of keys it sees) (Chiang & Cholak
+    2022; Nakanishi 2025, "Scalable-Softmax"), so attention to one key does not fade as the
+    sequence grows: without it a model dilutes on longer inputs than trained."""
     init_std: float = 0.02
     """Standard deviation of the normal initialisation (GPT-2)."""
 
@@ -228,6 +232,9 @@ class CausalSelfAttention(nn.Module):
         if rope is not None:
             q, k = _apply_rope(q, *rope), _apply_rope(k, *rope)
         t_past = cache.length
+        if self.cfg.log_length_attention:  # the query at position t sees t + 1 keys
+            n_keys = torch.arange(t_past + 1, t_past + T + 1, device=x.device, dtype=q.dtype)
+            q = q * n_keys.log()[:, None]
         k, v = cache.write(layer, k, v)
         p = self.cfg.dropout if self.training else 0.0
         if t_past == 0:

@@ -29,6 +29,9 @@ class Claim:
     """Sentences on what the run shows, from the trials of each sweep by name."""
     companions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Further sweeps of the same spec run side by side: sweep name -> ``--set`` overrides."""
+    plot: str | None = None
+    """The figure that shows the phenomenon (a key of ``sweeps.plots.plots_for``), if not the
+    report's default choice."""
 
 
 def _pct(x: float) -> str:
@@ -126,13 +129,24 @@ def _batch_lr(frames: Frames) -> list[str]:
     to_train = _cells(trials, keys, "train/steps_to_100pct")
     reached = to_val["mean"].notna().all() and len(to_val) > 0
 
-    def steps(x: float) -> str:
-        return "never" if pd.isna(x) else f"{x:,.0f}"
+    # A trial that stops at its validation target may stop before every sampled training
+    # problem is right: that is "not before it stopped", not "never". Grouped as _cells groups.
+    reasons = trials.get("stopped_reason", pd.Series("", index=trials.index))
+    present = [k for k in keys if k in trials.columns]
+    at_target = trials.assign(_t=reasons.eq("target_reached")).groupby(present, dropna=False)
+    at_target = at_target["_t"].all().reset_index()
 
-    rows = ", ".join(
-        f"batch {int(v['train.batch_size'])} (lr {v['optim.lr']:.2g}): "
-        f"{steps(t['mean'])} to 100 % train, {steps(v['mean'])} to the threshold"
-        for (_, v), (_, t) in zip(to_val.iterrows(), to_train.iterrows(), strict=True)
+    def steps(x: float, early: bool = False) -> str:
+        if pd.isna(x):
+            return "not before the validation target stopped it" if early else "never"
+        return f"at {x:,.0f}"
+
+    rows = "; ".join(
+        f"batch {int(v['train.batch_size'])} (lr {v['optim.lr']:.2g}): threshold "
+        f"{steps(v['mean'])}, 100 % train {steps(t['mean'], bool(e['_t']))}"
+        for (_, v), (_, t), (_, e) in zip(
+            to_val.iterrows(), to_train.iterrows(), at_target.iterrows(), strict=True
+        )
     )
     falls = bool((to_val.sort_values("train.batch_size")["mean"].diff().dropna() <= 0).all())
     return [
@@ -187,11 +201,17 @@ def _multi_op(frames: Frames) -> list[str]:
     out = []
     weights = trials["task.op_weights"].astype(str) if "task.op_weights" in trials else None
     groups = trials.groupby(weights) if weights is not None else [("all", trials)]
+    measured = []
     for label, rows in groups:
         per = {op: _col(rows, f"test/exact_match/{op}").mean() for op in ops}
         text = ", ".join(f"{op} {_pct(v)}" for op, v in per.items())
         hardest = min((v, op) for op, v in per.items() if np.isfinite(v))[1] if per else "?"
         out.append(f"op weights {label}: {text}; hardest: {hardest}.")
+        measured.append((label, per))
+    if len(measured) == 2:  # the effect of the weighting, in points of exact match per operation
+        (first, a), (second, b) = measured
+        shifts = ", ".join(f"{op} {100 * (b[op] - a[op]):+.1f}" for op in ops)
+        out.append(f"Weights {second} against {first}, in points: {shifts}.")
     return out
 
 
@@ -199,8 +219,12 @@ def _optuna(frames: Frames) -> list[str]:
     main, grid = frames["main"], frames.get("optuna_lr_grid")
     if grid is None or grid.empty:
         return ["The lr grid to compare with has not run."]
-    metric = "best/val/exact_match"
-    best_opt, best_grid = _col(main, metric).max(), _col(grid, metric).max()
+
+    # a trial ASHA stopped has no end-of-trial summary (best/...): its last validation stands in
+    def best(trials: pd.DataFrame) -> float:
+        return _col(trials, "best/val/exact_match").fillna(_col(trials, "val/exact_match")).max()
+
+    best_opt, best_grid = best(main), best(grid)
     steps_opt, steps_grid = _col(main, "steps").sum(), _col(grid, "steps").sum()
     close = best_opt >= best_grid - 0.01
     cheap = steps_opt <= steps_grid / 2
@@ -239,6 +263,7 @@ CLAIMS: dict[str, Claim] = {
             "Division mod 97 on a 70/15/15 split groks with weight decay 1.0 after about 185k "
             "steps (95 % test); three seeds as mean ± std.",
             _grokking,
+            plot="training_curves",  # the late jump of validation exact match is the finding
         ),
         Claim(
             "batch_lr",
@@ -246,6 +271,7 @@ CLAIMS: dict[str, Claim] = {
             "With lr = 1e-3 * sqrt(batch / 32), steps to 100 % train and steps to grok fall "
             "as the batch grows.",
             _batch_lr,
+            plot="training_curves",
         ),
         Claim(
             "abacus_length",
@@ -281,7 +307,9 @@ CLAIMS: dict[str, Claim] = {
                     "sweep.search=grid",
                     "sweep.num_samples=1",
                     "sweep.scheduler={name: fifo}",
-                    "space={optim.lr: [1.0e-4, 3.0e-4, 1.0e-3, 3.0e-3, 1.0e-2]}",
+                    # quarter decades over the Optuna space's range
+                    "space.optim.lr=[1.0e-4, 1.8e-4, 3.2e-4, 5.6e-4, 1.0e-3, 1.8e-3, 3.2e-3, "
+                    "5.6e-3, 1.0e-2]",
                 ),
             },
         ),

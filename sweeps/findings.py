@@ -3,7 +3,7 @@ command that made it, next to what its seed document claims.
 
     python -m sweeps.findings --run                    # run all eight spaces, then write the report
     python -m sweeps.findings                          # the report from MLflow, for spaces that ran
-    python -m sweeps.findings grokking --run --set sweep.resources.gpu=0.25   # one space, on a GPU
+    python -m sweeps.findings grokking --run --set sweep.resources.gpu=0.25   # one space again, GPU
 
 Every figure in ``docs/findings.md`` comes from a run: tables and checks from the trials in
 MLflow, times from the wall clock of ``sweeps.run`` (recorded beside its outputs in
@@ -48,7 +48,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.split("\n")[0],
     )
     parser.add_argument(
-        "spaces", nargs="*", help=f"spaces to report (default: {', '.join(CLAIMS)})"
+        "spaces",
+        nargs="*",
+        help=f"spaces to run with --run (default: {', '.join(CLAIMS)}); the report covers "
+        "them and every other shipped space that has run",
     )
     parser.add_argument("--run", action="store_true", help="run the spaces first (sweeps.run)")
     parser.add_argument(
@@ -109,7 +112,9 @@ def _parent_id(results: Path, sweep: str) -> str | None:
     return None
 
 
-def collect_sweep(sweep: str, results: Path, uri: str) -> tuple[pd.DataFrame, str, dict, object]:
+def collect_sweep(
+    sweep: str, results: Path, uri: str, plot: str | None = None
+) -> tuple[pd.DataFrame, str, dict, object]:
     """(trials, tables markdown, run record, the section's figure or None) of one sweep."""
     parent_id = _parent_id(results, sweep)
     client = open_client(uri)
@@ -137,7 +142,8 @@ def collect_sweep(sweep: str, results: Path, uri: str) -> tuple[pd.DataFrame, st
         }
     record = {**record, "unfinished": left_out}
     figures = plots_for(trials, curves, metric) if not trials.empty else {}
-    figure = next((figures[k] for k in PLOT_PREFERENCE if k in figures), None)
+    preference = ((plot,) if plot else ()) + PLOT_PREFERENCE
+    figure = next((figures[k] for k in preference if k in figures), None)
     return trials, render_tables(trials, specs), record, figure
 
 
@@ -152,6 +158,11 @@ def section(claim: Claim, frames: dict, tables: str, record: dict, plot: str | N
         *(["**What this run shows:**", "", *(f"- {s}" for s in shows), ""] if shows else []),
         f"Measured: {record['wall_s']:.0f} s ({minutes:.1f} min) on {record['machine']}"
         + (f", {record['date']}" if "date" in record else "")
+        + (
+            f"; the 15-minute CPU budget: {'**met**' if minutes <= 15 else '**not met**'}"
+            if "no GPU" in record["machine"]
+            else ""
+        )
         + ".  ",
         f"Command: `{record['command']}`",
         "",
@@ -197,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
 
     uri = args.tracking_uri or default_tracking_uri()
     results, out = Path(args.results).resolve(), Path(args.out)
-    spaces = args.spaces or list(CLAIMS)
+    # The report always covers every shipped space, so running one space refreshes its
+    # section without dropping the others' (they come back from MLflow).
+    to_run = set(args.spaces or CLAIMS)
+    spaces = [*CLAIMS, *(s for s in args.spaces if s not in CLAIMS)]
     plots_dir = out / "findings"
     sections = []
     try:
@@ -208,15 +222,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise CollectError(f"space {space!r}: no file {spec}")
             sweeps = {"main": (space, ())}
             sweeps |= {name: (name, sets) for name, sets in claim.companions.items()}
-            if args.run:
+            if args.run and space in to_run:
                 for sweep, sets in sweeps.values():
                     run_space(spec, sweep, [*args.overrides, *sets], results, uri)
             frames, parts = {}, []
-            if not args.run and not _has_run(sweeps["main"][0], results, uri):
+            if not _has_run(sweeps["main"][0], results, uri):
                 sections.append(not_run_section(claim))
                 continue
             for key, (sweep, _) in sweeps.items():
-                trials, tables, record, figure = collect_sweep(sweep, results, uri)
+                trials, tables, record, figure = collect_sweep(sweep, results, uri, claim.plot)
                 frames[key] = trials
                 parts.append((sweep, tables, record, figure))
             _, tables, record, figure = parts[0]

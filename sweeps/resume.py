@@ -80,10 +80,10 @@ def preflight(tracking_uri: str) -> None:
 
 def start_parent(tracker, spec: SweepSpec, out_dir: Path) -> str:
     """A new sweep's parent run; its id and the spec are saved in ``out_dir`` for --resume."""
-    parent_id = tracker.start_parent(spec.to_yaml())
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)  # the journal's folder, before any write waits
     if tracker.journal is not None:  # an earlier sweep's undelivered writes are not this one's
         tracker.journal.unlink(missing_ok=True)
+    parent_id = tracker.start_parent(spec.to_yaml())
     (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
     state = {"parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
     _write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")

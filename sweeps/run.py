@@ -319,7 +319,8 @@ def _log_key_figures(
     client.log_batch(parent_id, metrics=metrics, params=params, tags=tags)
     experiment_id = client.get_run(parent_id).info.experiment_id
     state = ui.view_state(parent_id, axes, s.metric, s.mode)
-    ui.save_view(client, experiment_id, parent_id, state)
+    name = client.get_run(parent_id).info.run_name or s.name
+    ui.save_view(client, experiment_id, parent_id, f"sweep {name}", state)
     uri = tracker.tracking_uri
     base = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
     return ui.ui_address(base, experiment_id, parent_id)

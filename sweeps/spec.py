@@ -24,7 +24,7 @@ from typing import Any, Literal
 import yaml
 
 from arith import dataconf
-from arith.config import load_yaml
+from arith.config import load_yaml, with_floats
 from arith.errors import ConfigError, require
 from arith.trainer import SUMMARY_KEYS
 from sweeps.space import Derived, Dimension, parse_derived, parse_dimension
@@ -168,7 +168,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if not sep or "." not in key:
             raise SpecError("--set", f"expected block.dotted.key=value, but got {text!r}")
         try:
-            value = yaml.safe_load(value_text) if value_text.strip() else ""
+            value = with_floats(yaml.safe_load(value_text)) if value_text.strip() else ""
         except yaml.YAMLError:
             value = value_text
         except (ValueError, RecursionError) as err:

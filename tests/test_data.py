@@ -69,6 +69,25 @@ def test_batch_source_state_round_trips():
         assert all(torch.equal(u, v) for u, v in zip(x, y, strict=True))
 
 
+def test_operation_weights_shape_batches_from_an_enumerated_pool():
+    # multi_op on 1-digit operands is a small enumerated space: batches come from a fixed pool,
+    # where epochs alone would give each operation its share of the pool whatever its weight
+    ops = ("+", "-", "*", "//", "%")
+    shares = {}
+    for weights in [(1, 1, 1, 1, 1), (1, 1, 8, 1, 1)]:
+        task = TaskConfig(name="multi_op", n_digits=1, ops=ops, op_weights=weights)
+        data = DataConfig()
+        ds = build_dataset(task, FormatConfig(name="carry_trace"), data, seed=0)
+        assert ds.train_pool is not None
+        source = BatchSource(ds, data, batch_size=512, seed=1)
+        drawn = np.concatenate([source.next_problems().op for _ in range(20)])
+        shares[weights] = np.bincount(drawn, minlength=5) / len(drawn)
+        train = _keys(ds.train_pool)
+        assert _keys(source.next_problems()) <= train  # still training problems only
+    assert abs(shares[(1, 1, 8, 1, 1)][2] - 8 / 12) < 0.03
+    assert np.allclose(shares[(1, 1, 1, 1, 1)], 0.2, atol=0.03)
+
+
 def test_extra_evaluation_sets():
     task = TaskConfig(name="addition", n_digits=4, operand_lengths="fixed")
     data = DataConfig(ood_spacing=True, val_size=50, test_size=50)

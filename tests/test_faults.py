@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from mlflow import MlflowClient
 from sweep_procs import (
     SMOKE,
     assert_no_duplicate_steps,
@@ -222,6 +223,10 @@ def test_mlflow_outage_mid_sweep_loses_no_metric(tmp_path, monkeypatch):
         assert "mlflow unreachable, buffering writes" in err
         parents, runs = children(uri, "smoke")
         assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+        # The spec too, though the server may have gone down between the run and its artifact
+        # (CI saw exactly that end a sweep).
+        artifacts = MlflowClient(uri).list_artifacts(parents[0].info.run_id)
+        assert "spec.yaml" in [a.path for a in artifacts]
         assert len(runs) == 4
         for run in runs:
             assert run.data.tags["sweep.status"] == "TERMINATED"

@@ -39,6 +39,29 @@ def test_size_ladder_check_names_the_rung_nearest_the_seed_model():
     assert "(250,000 parameters) reaches 60.0 %, against the seed's 37.6 %" in sentences[2]
 
 
+def test_multi_op_check_names_the_hardest_operation_and_the_weighting_effect():
+    names = [f"test/exact_match/{op}" for op in ["add", "sub", "mul", "floordiv", "mod"]]
+    uniform = ["[1, 1, 1, 1, 1]", 1.0, 0.4, 0.0, 0.8, 0.5]
+    hard = ["[1, 1, 2, 2, 2]", 0.9, 0.1, 0.2, 0.8, 0.6]
+    trials = pd.DataFrame([uniform, hard], columns=["task.op_weights", *names])
+    sentences = CLAIMS["multi_op"].check({"main": trials})
+    assert sentences[0].endswith("hardest: mul.") and sentences[1].endswith("hardest: sub.")
+    assert sentences[2] == (
+        "Weights [1, 1, 2, 2, 2] against [1, 1, 1, 1, 1], in points: "
+        "add -10.0, sub -30.0, mul +20.0, floordiv +0.0, mod +10.0."
+    )
+
+
+def test_optuna_check_reads_a_stopped_trial_by_its_last_validation():
+    main = pd.DataFrame(
+        {"best/val/exact_match": [None, None], "val/exact_match": [0.0, 0.9], "steps": [150, 900]}
+    )
+    grid = pd.DataFrame({"best/val/exact_match": [0.5, 0.905], "steps": [3000, 3000]})
+    sentences = CLAIMS["optuna_lr"].check({"main": main, "optuna_lr_grid": grid})
+    assert sentences[0].startswith("Optuna + ASHA: best 90.0 % in 1,050 training steps")
+    assert sentences[1] == "Within 0.01 of the grid: **met**; at most half its steps: **met**."
+
+
 @pytest.mark.slow
 def test_findings_command_runs_a_space_and_rebuilds_the_report_from_mlflow(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -48,6 +71,8 @@ def test_findings_command_runs_a_space_and_rebuilds_the_report_from_mlflow(tmp_p
     assert findings.main([*common, "--run", *tiny, "--out", str(out)]) == 0
     report = (out / "findings.md").read_text()
     assert "## smoke" in report
+    # Running one space leaves the other spaces' sections in the report (here: not run yet).
+    assert "## grokking" in report and "## abacus_length" in report
     assert (
         "Command: `python -m sweeps.run search_spaces/smoke.yaml --set base.train.max_steps=10"
         in report
@@ -64,3 +89,22 @@ def test_findings_names_a_missing_space(tmp_path, capsys):
     code = findings.main(["nonesuch", "--results", str(tmp_path), "--out", str(tmp_path)])
     assert code == 2
     assert "space 'nonesuch': no file search_spaces/nonesuch.yaml" in capsys.readouterr().err
+
+
+def test_batch_lr_check_tells_a_target_stop_from_never():
+    main = pd.DataFrame(
+        {
+            "train.batch_size": [512, 1024, 128],
+            "optim.lr": [0.004, 0.0057, 0.002],
+            "train/steps_to_100pct": [None, 1800, None],
+            "val/steps_to_threshold": [4000, 1800, None],
+            "stopped_reason": ["target_reached", "target_reached", "max_steps"],
+        }
+    )
+    sentences = CLAIMS["batch_lr"].check({"main": main})
+    assert "batch 128 (lr 0.002): threshold never, 100 % train never" in sentences[0]
+    assert (
+        "batch 512 (lr 0.004): threshold at 4,000, 100 % train not before the validation"
+        in (sentences[0])
+    )
+    assert sentences[1] == "Every batch size reaches the threshold: **not met**."

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arith.model import GPT, ModelConfig, _digit_run_index, flops_per_token, n_params
+from arith.model import (
+    GPT,
+    CausalSelfAttention,
+    KVCache,
+    ModelConfig,
+    _digit_run_index,
+    flops_per_token,
+    n_params,
+)
 
 POSITIONS = ["learned", "rope", "abacus", "none"]
 
@@ -16,14 +24,16 @@ def tiny(position: str, **kw) -> GPT:
 
 
 @pytest.mark.parametrize("position", POSITIONS)
-def test_cached_decoding_matches_full_forward(position):
+@pytest.mark.parametrize("log_length", [False, True])
+def test_cached_decoding_matches_full_forward(position, log_length):
     torch.manual_seed(0)
-    model = tiny(position)
+    model = tiny(position, log_length_attention=log_length)
     idx = torch.randint(0, 16, (3, 12))
     full, _ = model(idx)
     logits, cache = model(idx[:, :5])
-    pieces = [logits]
-    for t in range(5, 12):
+    chunk, cache = model(idx[:, 5:8], cache)  # several tokens after a cached prefix
+    pieces = [logits, chunk]
+    for t in range(8, 12):
         logits, cache = model(idx[:, t : t + 1], cache)
         pieces.append(logits)
     torch.testing.assert_close(torch.cat(pieces, 1), full, atol=1e-5, rtol=1e-5)
@@ -76,3 +86,28 @@ def test_bad_shapes_are_config_errors():
 
     with pytest.raises(ConfigError, match=r"model\.n_head"):
         ModelConfig(d_model=30, n_head=4)
+
+
+def _weight_on_matching_keys(log_length: bool, n_distractors: int) -> float:
+    """One head whose query matches the first and last tokens only; the weight it puts on
+    them, read from the output (values and projection are identities)."""
+    cfg = ModelConfig(n_layer=1, d_model=4, n_head=1, bias=False, log_length_attention=log_length)
+    attn = CausalSelfAttention(cfg)
+    with torch.no_grad():
+        eye = torch.eye(4)
+        attn.qkv.weight.copy_(torch.cat([2 * eye, 2 * eye, eye]))  # q = k = 2x, v = x
+        attn.proj.weight.copy_(eye)
+    match, other = torch.tensor([1.0, 0, 0, 0]), torch.tensor([0, 1.0, 0, 0])
+    x = torch.stack([match, *[other] * n_distractors, match])[None]
+    y = attn(x, None, KVCache(), 0)
+    return float(y[0, -1, 0].detach())
+
+
+def test_log_length_attention_keeps_a_matching_key_from_fading():
+    # Why the Abacus model stops at the trained length (search_spaces/abacus_length.yaml):
+    # plain softmax spreads a head over every earlier token, so the same match weighs less in a
+    # longer input; scaled by log(keys) it does not fade.
+    plain = [_weight_on_matching_keys(False, n) for n in (8, 16, 32)]
+    scaled = [_weight_on_matching_keys(True, n) for n in (8, 16, 32)]
+    assert plain[0] > plain[1] > plain[2] and plain[2] < 0.5 * plain[0]
+    assert scaled[2] >= scaled[1] >= scaled[0] > plain[0]

@@ -9,6 +9,7 @@ of an uninterrupted run of the same configs and seeds.
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ from sweep_procs import (
     wait_until,
 )
 
+from arith.checkpoint import FILE as CHECKPOINT_FILE
 from sweeps.collect import render_tables
 from sweeps.snapshot import named_checkpoints
 from sweeps.spec import load_spec
@@ -138,35 +140,66 @@ def test_resume_with_nothing_to_resume_is_one_line(tmp_path):
 
 def test_checkpoints_named_by_the_snapshot_deleted_then_resumed(tmp_path):
     """The snapshot names checkpoints that are gone (as when num_to_keep deleted them after the
-    last snapshot and the driver was killed): one trial still has an older checkpoint, the other
-    none. Both finish, each in its one child run, with every step once."""
+    last snapshot and the driver was killed): one trial still has an older checkpoint the driver
+    received, the other none. The first is restored from it, the second restarted; both finish,
+    each in its one child run, with every step once."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
 
-    def restorable() -> list[str]:
-        """Unfinished trials whose snapshot names a checkpoint after their first."""
-        return [
-            trial_id
+    def restorable() -> dict[str, str]:
+        """{trial: the checkpoint its snapshot names} of unfinished trials past their first."""
+        return {
+            trial_id: path
             for trial_id, (status, path) in named_checkpoints(experiment_dir).items()
             if status != "TERMINATED" and path and not path.endswith("checkpoint_000000")
-        ]
+        }
+
+    def fallback(named: str) -> str | None:
+        """The newest complete checkpoint besides ``named`` that the driver received (listed in
+        result.json): what the repair restores from. Tune may have deleted the older one
+        already (num_to_keep) and not yet logged the newer one when the driver died."""
+        trial_dir = Path(named).parent
+        lines = (trial_dir / "result.json").read_text(encoding="utf-8").splitlines()
+        received = set()
+        for line in lines:
+            try:
+                received.add(json.loads(line).get("checkpoint_dir_name"))
+            except ValueError:
+                break  # a line being written at the kill
+        kept = [n for n in received if n and n != Path(named).name]
+        kept = [n for n in kept if (trial_dir / n / CHECKPOINT_FILE).is_file()]
+        return max(kept, default=None)
+
+    def ready() -> bool:
+        named = restorable()
+        return len(named) >= 2 and any(fallback(p) for p in named.values())
 
     proc = start_sweep(tmp_path, uri, SETS, log="run0")
     try:
-        assert wait_until(lambda: len(restorable()) >= 2, 240, proc, every_s=0.05)
+        assert wait_until(ready, 240, proc, every_s=0.05)
     finally:
         kill(proc)
-    older, none = restorable()[:2]
-    named = named_checkpoints(experiment_dir)
-    shutil.rmtree(named[older][1])
-    for checkpoint in Path(named[none][1]).parent.glob("checkpoint_*"):
+    # Chosen after the kill: the trials may have moved on between the last poll and the kill.
+    named = restorable()
+    assert len(named) >= 2, named
+    older = next((t for t, p in named.items() if fallback(p)), None)
+    if older is None:  # every trial moved past its older checkpoint at the kill: all restart
+        older = next(iter(named))
+    none = next(t for t in named if t != older)
+    restored_from = fallback(named[older])
+    shutil.rmtree(named[older])
+    for checkpoint in Path(named[none]).parent.glob("checkpoint_*"):
         shutil.rmtree(checkpoint)
 
     proc = start_sweep(tmp_path, uri, SETS, resume=True, log="run1")
     proc.wait(timeout=240)
     err = (tmp_path / "run1.err").read_text()
     assert proc.returncode == 0, err[-3000:]
-    assert f"trial {older}: checkpoint_" in err and "is gone: restored from checkpoint_" in err
+    gone = f"trial {older}: {Path(named[older]).name} is gone: "
+    if restored_from:
+        assert f"{gone}restored from {restored_from}" in err, err[-3000:]
+    else:
+        assert f"{gone}restarted (no checkpoint left)" in err, err[-3000:]
     assert f"trial {none}: checkpoint_" in err and "is gone: restarted" in err
     parents, runs = children(uri, "smoke")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"

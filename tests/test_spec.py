@@ -132,6 +132,21 @@ def test_overrides_reach_every_block():
     assert GOOD["base"]["train"]["max_steps"] == 10  # the original is left alone
 
 
+def test_learning_rates_in_scientific_notation_are_floats(tmp_path):
+    # PyYAML reads 1e-3 as a string; a spec or --set that writes it so means the number
+    raw = apply_overrides(GOOD, ["base.optim.lr=1e-3", "space.optim.weight_decay=[1e-2, 1.5E+0]"])
+    spec = parse_spec(raw)
+    assert spec.base["optim"]["lr"] == 0.001
+    assert spec.space["optim.weight_decay"].values == (0.01, 1.5)
+    written = copy.deepcopy(GOOD)
+    written["base"]["optim"] = {"lr": "3e-4"}  # what yaml.safe_load makes of `lr: 3e-4`
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(written).replace("'3e-4'", "3e-4"))
+    assert "lr: 3e-4" in path.read_text()
+    assert load_spec(path).base["optim"]["lr"] == 0.0003
+    assert apply_overrides(GOOD, ["base.train.device=cpu"])["base"]["train"]["device"] == "cpu"
+
+
 def test_bad_override_is_one_line():
     with pytest.raises(SpecError, match=r"^--set: "):
         apply_overrides(GOOD, ["nothing-to-set"])

@@ -233,11 +233,16 @@ def test_parent_run_carries_the_sweep_and_the_ui_opens_on_it(sweep):
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     address = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("open the"))
     key = address.split("viewStateShareKey=")[1]
-    view = json.loads(experiment.tags[f"mlflow.sharedViewState.{key}"])
+    envelope = json.loads(experiment.tags[f"mlflow.sharedViewState.{key}"])
+    assert envelope["name"].startswith("sweep ")  # listed so in the UI's Views menu
+    view = json.loads(envelope["state"])
+    assert view["searchFilter"] == f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    assert (view["orderByKey"], view["orderByAsc"]) == (f"metrics.`{metric}`", True)  # min
     assert view["selectedColumns"][:3] == [
         "params.`model.d_model`", "params.`train.seed`", f"metrics.`{metric}`"
     ]  # fmt: skip
     assert "workflowType=machine_learning" in address
+    assert f"/#/experiments/{parent.info.experiment_id}/runs?" in address  # the tab keeps the key
 
 
 def test_convergence_tag_table_marks_and_end_of_run_line(sweep):

@@ -302,3 +302,23 @@ def test_writes_waiting_when_the_driver_dies_are_replayed_once(tmp_path, monkeyp
     assert cut_run.data.params["train.seed"] == "1"
     history = client.get_metric_history(cut_run.info.run_id, "val/exact_match")
     assert [(m.step, m.value) for m in history] == [(0, 0.25), (10, 0.5)]
+
+
+def test_spec_of_a_new_parent_waits_in_the_outbox_when_the_store_fails(tmp_path):
+    # CI saw a server go down between the parent run and its spec artifact end the sweep.
+    # Here a file stands where the artifact folder should be: the spec waits, the sweep goes
+    # on, and it is delivered once the file is gone.
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = make_tracker(uri)
+    store = tmp_path / "artifacts"
+    experiment = tracker.client.create_experiment("tracking-test", artifact_location=str(store))
+    if store.exists():
+        store.rmdir()
+    store.write_text("not a folder")  # log_artifact cannot write under a file
+    tracker._experiment = experiment
+    parent = tracker.start_parent("sweep: {name: tracking-test}\n")
+    assert tracker.outbox.pending, "the spec should wait, not raise"
+    store.unlink()
+    tracker.outbox.retry_at = 0.0
+    assert tracker.outbox.flush()
+    assert [a.path for a in tracker.client.list_artifacts(parent)] == ["spec.yaml"]

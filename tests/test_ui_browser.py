@@ -4,6 +4,7 @@ is installed (CI installs none; ``apt-get install chromium`` here)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -40,10 +41,11 @@ def test_the_printed_address_opens_the_runs_table_of_the_sweep(mlflow_server, tm
     address = next(x for x in stdout.splitlines() if x.startswith("open the sweep:")).split()[-1]
     assert address.startswith(mlflow_server + "/#/experiments/")
     dom = browse(address, "--dump-dom").stdout
-    # The Runs table of model training (not the empty GenAI overview), listing the sweep.
-    # Not checked: that the saved view's columns apply (in this headless check they did not).
-    assert "matching runs" in dom and ">Runs<" in dom, dom[-3000:]
-    assert ">smoke<" in dom
+    # The Runs table of model training (not the empty GenAI overview) in the sweep's saved
+    # view: its two trials (not the parent), the swept axis and the metric as columns.
+    assert ">Runs<" in dom and "viewing a shared view" in dom, dom[-3000:]
+    assert "<strong>2</strong> matching runs" in dom, re.findall(r".{60}matching run", dom)
+    assert ">model.d_model<" in dom and ">val/exact_match<" in dom, dom[-3000:]
     shot = Path(__file__).resolve().parents[1] / "results" / "ui_screenshot.png"
     shot.parent.mkdir(exist_ok=True)
     browse(address, f"--screenshot={shot}")
