@@ -17,7 +17,7 @@ Position encodings:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import torch
@@ -150,6 +150,19 @@ def n_params(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> dict[str, i
     return {"total": non_embedding + embedding + head, "non_embedding": non_embedding}
 
 
+def training_bytes(cfg: ModelConfig, vocab_size: int, seq_len: int, batch_size: int) -> int:
+    """Estimated fp32 memory one model takes to train (for packing as many as fit).
+
+    Parameters, gradients and AdamW's two moments at 4 bytes each; the activations kept for
+    the backward pass, 34·d + 5·heads·T bytes per token and layer at 16 bits (Korthikanti et
+    al. 2022), doubled for fp32; and the logits with their softmax and gradient.
+    """
+    params = n_params(cfg, vocab_size, seq_len)["total"]
+    tokens = batch_size * seq_len
+    activations = 2 * tokens * cfg.n_layer * (34 * cfg.d_model + 5 * cfg.n_head * seq_len)
+    return 16 * params + activations + 3 * 4 * tokens * vocab_size
+
+
 def flops_per_token(cfg: ModelConfig, vocab_size: int, seq_len: int) -> int:
     """Training FLOPs per token, 6N + 12·L·d·T (PaLM appendix B), N the matmul parameters.
 
@@ -220,7 +233,13 @@ class CausalSelfAttention(nn.Module):
         self.proj = MemberLinear(members, cfg.d_model, cfg.d_model, cfg.bias)
 
     def forward(
-        self, x: Tensor, rope: tuple[Tensor, Tensor] | None, cache: KVCache, layer: int, T: int
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        cache: KVCache,
+        layer: int,
+        T: int,
+        dropout: tuple[float, ...],
     ) -> Tensor:
         M, N, C = x.shape  # members, rows x tokens, channels
         B = M * N // T  # members folded into the batch: attention never mixes rows
@@ -236,16 +255,41 @@ class CausalSelfAttention(nn.Module):
             n_keys = torch.arange(t_past + 1, t_past + T + 1, device=x.device, dtype=q.dtype)
             q = q * n_keys.log()[:, None]
         k, v = cache.write(layer, k, v)
-        p = self.cfg.dropout if self.training else 0.0
-        if t_past == 0:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        rates = dropout if self.training else (0.0,)
+        if len(set(rates)) > 1:  # members with different rates: SDPA takes one rate
+            y = _attention_by_hand(q, k, v, t_past, rates)
+        elif t_past == 0:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=rates[0], is_causal=True)
         elif T == 1:  # one new token attends to everything before it
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=rates[0])
         else:  # several new tokens after a cached prefix: causal mask shifted by the prefix
             mask = torch.ones(T, t_past + T, dtype=torch.bool, device=x.device).tril(t_past)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=rates[0])
         y = y.transpose(1, 2).contiguous().view(M, N, C)
-        return F.dropout(self.proj(y), p, self.training)
+        return member_dropout(self.proj(y), dropout, self.training)
+
+
+def _attention_by_hand(
+    q: Tensor, k: Tensor, v: Tensor, t_past: int, rates: tuple[float, ...]
+) -> Tensor:
+    """Causal attention after a cached prefix, with each member's dropout rate on its weights."""
+    T, S = q.shape[2], k.shape[2]
+    mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(t_past)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    return member_dropout(weights, rates, training=True) @ v
+
+
+def member_dropout(x: Tensor, rates: tuple[float, ...], training: bool) -> Tensor:
+    """Dropout with rate ``rates[i]`` on member ``i``'s block of ``x`` (members lead dim 0)."""
+    if not training or max(rates) == 0.0:
+        return x
+    if len(set(rates)) == 1:
+        return F.dropout(x, rates[0], True)
+    M = len(rates)
+    keep = 1.0 - torch.tensor(rates, device=x.device, dtype=x.dtype)
+    keep = keep.repeat_interleave(x.shape[0] // M).view(-1, *[1] * (x.dim() - 1))
+    return x * torch.bernoulli(keep.expand_as(x)) / keep
 
 
 class MLP(nn.Module):
@@ -253,10 +297,9 @@ class MLP(nn.Module):
         super().__init__()
         self.fc = MemberLinear(members, cfg.d_model, cfg.hidden, cfg.bias)
         self.proj = MemberLinear(members, cfg.hidden, cfg.d_model, cfg.bias)
-        self.dropout = cfg.dropout
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout, self.training)
+    def forward(self, x: Tensor, dropout: tuple[float, ...]) -> Tensor:
+        return member_dropout(self.proj(F.gelu(self.fc(x))), dropout, self.training)
 
 
 class Block(nn.Module):
@@ -267,9 +310,9 @@ class Block(nn.Module):
         self.ln_2 = MemberLayerNorm(members, cfg.d_model, cfg.bias)
         self.mlp = MLP(cfg, members)
 
-    def forward(self, x, rope, cache: KVCache, layer: int, T: int):
-        x = x + self.attn(self.ln_1(x), rope, cache, layer, T)
-        return x + self.mlp(self.ln_2(x))
+    def forward(self, x, rope, cache: KVCache, layer: int, T: int, dropout: tuple[float, ...]):
+        x = x + self.attn(self.ln_1(x), rope, cache, layer, T, dropout)
+        return x + self.mlp(self.ln_2(x), dropout)
 
 
 class GPT(nn.Module):
@@ -291,6 +334,8 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg, self.vocab_size, self.max_seq_len = cfg, vocab_size, max_seq_len
         self.members = members
+        # a tuple, not cfg.dropout: members of a pack may each have their own rate
+        self.dropout_rates = (cfg.dropout,) * members
         M, d = members, cfg.d_model
         self.wte = MemberEmbedding(M, vocab_size, d)
         if cfg.position == "learned":
@@ -329,6 +374,7 @@ class GPT(nn.Module):
         with torch.random.fork_rng(devices=[]):  # building must not move the members' RNG
             packed = cls(first.cfg, first.vocab_size, first.max_seq_len, members=len(models))
         packed.is_digit = first.is_digit.clone()
+        packed.dropout_rates = tuple(m.cfg.dropout for m in models)
         with torch.no_grad():
             for name, p in packed.named_parameters():
                 p.copy_(torch.cat([m.get_parameter(name) for m in models]))
@@ -339,7 +385,8 @@ class GPT(nn.Module):
         if self.members == 1:
             return self
         with torch.random.fork_rng(devices=[]), torch.device("meta"):
-            view = GPT(self.cfg, self.vocab_size, self.max_seq_len)
+            own = replace(self.cfg, dropout=self.dropout_rates[i])
+            view = GPT(own, self.vocab_size, self.max_seq_len)
         view.is_digit = self.is_digit
         for name, p in self.named_parameters():
             owner, _, leaf = name.rpartition(".")
@@ -375,9 +422,9 @@ class GPT(nn.Module):
         elif self.cfg.position == "abacus":
             index = run if abacus_offset is None else run + (run > 0) * abacus_offset[:, None]
             x = x + self.abacus(index.clamp(max=self.cfg.abacus_max_k).view(M, B // M, T))
-        x = F.dropout(x, self.cfg.dropout, self.training).view(M, B // M * T, C)
+        x = member_dropout(x, self.dropout_rates, self.training).view(M, B // M * T, C)
         for layer, block in enumerate(self.blocks):
-            x = block(x, rope, cache, layer, T)
+            x = block(x, rope, cache, layer, T, self.dropout_rates)
         cache.length += T
         cache.digit_run = run[:, -1]
         x = self.ln_f(x)

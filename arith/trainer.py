@@ -121,6 +121,9 @@ def describe(config: RunConfig) -> dict[str, Any]:
         "tokens": cost["tokens"] * steps,
         "flops": cost["flops"] * steps,
         "total_flops": float(cost["flops"] * steps),
+        "train_bytes": model_lib.training_bytes(
+            config.model, len(fmt.vocab), seq_len, config.train.batch_size
+        ),
     }
 
 
@@ -192,11 +195,13 @@ class _Throughput:
 
 # What may differ between the members of a pack: everything else fixes the shapes of the
 # stacked parameters and batches (model shape, task, format, data sizes, batch size) or is one
-# setting of the shared process (device, precision, compile). Dropout is shared too: the
-# members draw their masks from one RNG, so a member would not match its run alone.
+# setting of the shared process (device, precision, compile). Dropout rates may differ, but
+# the members draw their masks from one RNG, so with dropout a member matches its run alone
+# in distribution, not bit for bit.
 PACK_FREE = (
     "optim.",
     "model.init_std",
+    "model.dropout",
     "data.seed",
     "train.seed",
     "train.max_steps",

@@ -13,10 +13,17 @@ resumed driver rebuilds the same table.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 PACK_KEY = "pack"  # the one key of a pack trial's Tune config
+
+# What `sweep.pack: auto` may fill: per CPU trial, and per whole GPU of a trial's share. The
+# driver cannot see the workers' devices, so it plans for the smallest accelerator a sweep is
+# likely to meet (16 GiB: T4, V100) and leaves a fifth for the allocator and evaluation.
+AUTO_CPU_BYTES = 2 * 2**30
+AUTO_GPU_BYTES = int(0.8 * 16 * 2**30)
 
 
 @dataclass(frozen=True)
@@ -53,11 +60,28 @@ def build_packs(spec) -> list[list[Member]]:
     for index, point in enumerate(trial_points(spec)):
         key = pack_key(resolve_run_config(spec.base, point, spec.derived))
         groups.setdefault(key, []).append(Member(index, point))
-    size = spec.sweep.pack
     packs = []
     for members in groups.values():
+        size = spec.sweep.pack
+        if size == "auto":
+            config = resolve_run_config(spec.base, members[0].point, spec.derived)
+            size = auto_pack_size(spec, config, len(members))
         packs += [members[i : i + size] for i in range(0, len(members), size)]
     return sorted(packs, key=lambda pack: pack[0].index)
+
+
+def auto_pack_size(spec, config, n_members: int) -> int:
+    """``sweep.pack: auto`` for a group of ``n_members`` same-shape trials: as many as fit the
+    trial's memory (``arith.model.training_bytes``), and no more than keeps every concurrent
+    slot busy when ``sweep.max_concurrent`` is set (one pack uses one slot)."""
+    from arith.trainer import describe
+
+    resources = spec.sweep.resources
+    budget = AUTO_GPU_BYTES * resources.gpu if resources.gpu > 0 else AUTO_CPU_BYTES
+    size = min(n_members, max(1, int(budget // describe(config)["train_bytes"])))
+    if spec.sweep.max_concurrent:
+        size = min(size, math.ceil(n_members / spec.sweep.max_concurrent))
+    return size
 
 
 def pack_param_space(packs: list[list[Member]]) -> dict[str, Any]:

@@ -22,23 +22,29 @@ def format_elapsed(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def status_counts(trials: list) -> dict[str, int]:
+def status_counts(trials: list, pack_sizes: list[int] | None = None) -> dict[str, int]:
+    """Trials per state; a packed sweep's Tune trial counts as the trials it packs."""
     counts = {"done": 0, "running": 0, "pending": 0, "errored": 0}
     for trial in trials:
+        n = 1 if pack_sizes is None else pack_sizes[trial.config["pack"]]
         status = trial.status
         if status == "TERMINATED":
-            counts["done"] += 1
+            counts["done"] += n
         elif status == "RUNNING":
-            counts["running"] += 1
+            counts["running"] += n
         elif status == "ERROR":
-            counts["errored"] += 1
+            counts["errored"] += n
         else:  # PENDING, PAUSED
-            counts["pending"] += 1
+            counts["pending"] += n
     return counts
 
 
 class ProgressLine(Callback):
-    """Tune callback printing done / running / pending / errored, best so far and elapsed."""
+    """Tune callback printing done / running / pending / errored, best so far and elapsed.
+
+    ``pack_sizes[k]`` is the number of trials pack ``k`` trains (a packed sweep's Tune trial
+    has config ``{"pack": k}``), so the line counts trials, never packs.
+    """
 
     def __init__(
         self,
@@ -48,8 +54,10 @@ class ProgressLine(Callback):
         mode: str,
         stream: TextIO | None = None,
         interval_s: float = 0.5,
+        pack_sizes: list[int] | None = None,
     ) -> None:
         self.name, self.total, self.metric, self.mode = name, total, metric, mode
+        self.pack_sizes = pack_sizes
         self.stream = stream or sys.stderr
         self.interval_s = interval_s
         self.best: float | None = None
@@ -62,9 +70,10 @@ class ProgressLine(Callback):
         return {**self.__dict__, "stream": None}  # streams do not pickle
 
     def line(self, trials: list) -> str:
-        counts = status_counts(trials)
-        total = max(self.total or 0, len(trials))
-        counts["pending"] += total - len(trials)  # trials the searcher has not created yet
+        counts = status_counts(trials, self.pack_sizes)
+        created = sum(counts.values())
+        total = max(self.total or 0, created)
+        counts["pending"] += total - created  # trials the searcher has not created yet
         best = "-" if self.best is None else f"{self.best:.4g}"
         return (
             f"{self.name}  {counts['done']}/{total} done · {counts['running']} running · "

@@ -131,21 +131,25 @@ def dry_run_text(spec: SweepSpec) -> str:
         )
     note = " (sampled axes at their first value)" if sampled else ""
     lines.append(f"estimated training FLOPs in all: {total_flops:.2e}{note}")
-    if s.pack > 1:
+    if s.pack != 1:
         lines += _pack_lines(spec)
     return "\n".join(lines)
 
 
 def _pack_lines(spec: SweepSpec) -> list[str]:
     """The packs a packed sweep trains: which trials (by their ids' ends) share one process."""
+    from arith.trainer import describe
     from sweeps.packing import build_packs
+    from sweeps.space import resolve_run_config
 
     packs = build_packs(spec)
     n = sum(len(p) for p in packs)
     lines = [f"{len(packs)} packs (sweep.pack={spec.sweep.pack}) train these {n} trials:"]
     for k, pack in enumerate(packs):
         numbers = ",".join(f"{m.index:05d}" for m in pack)
-        lines.append(f"  pack {k}: {len(pack)} trial(s) {numbers}")
+        config = resolve_run_config(spec.base, pack[0].point, spec.derived)
+        mib = len(pack) * describe(config)["train_bytes"] / 2**20
+        lines.append(f"  pack {k}: {len(pack)} trial(s) {numbers} (training memory ~{mib:.0f} MiB)")
     return lines
 
 
@@ -404,7 +408,7 @@ def build_tuner(
 
     s = spec.sweep
     # Packed: Tune runs one trial per pack, over a grid of pack numbers (sweeps.packing).
-    packs = packing.build_packs(spec) if s.pack > 1 else None
+    packs = packing.build_packs(spec) if s.pack != 1 else None
     if packs is None:
         param_space, num_samples = space.param_space(spec), s.num_samples
         trainable = tune.with_parameters(
@@ -436,8 +440,8 @@ def build_tuner(
         model_dir=out_dir / "models",
         packs=packs,
     )
-    n_tune_trials = space.n_trials(spec) if packs is None else len(packs)
-    progress = ProgressLine(spec.name, n_tune_trials, s.metric, s.mode)
+    pack_sizes = None if packs is None else [len(pack) for pack in packs]
+    progress = ProgressLine(spec.name, space.n_trials(spec), s.metric, s.mode, pack_sizes=pack_sizes)
     trainable = tune.with_resources(trainable, {"cpu": s.resources.cpu, "gpu": s.resources.gpu})
     run_config = tune.RunConfig(
         name=spec.name,

@@ -87,7 +87,8 @@ class SweepSettings:
     checkpoint_every_s: float = 10.0
     # Trials that share every shape-determining key train up to this many at once, as one
     # stacked model in one Tune trial (sweeps.packing); each is still its own trial in MLflow.
-    pack: int = 1
+    # "auto": as many as fit the trial's memory (sweeps.packing.auto_pack_size).
+    pack: int | Literal["auto"] = 1
 
 
 @dataclass(frozen=True)
@@ -268,8 +269,8 @@ def _check_settings(s: SweepSettings) -> None:
             "sweep.seeds",
             f"repeats over seeds need search grid or random, not optuna ({list(s.seeds)})",
         )
-    require(s.pack >= 1, "sweep.pack", f"must be >= 1, but got {s.pack}")
-    if s.pack > 1:  # members of a pack are drawn up front and decided on together
+    require(s.pack == "auto" or s.pack >= 1, "sweep.pack", f"must be >= 1 or auto, got {s.pack}")
+    if s.pack != 1:  # members of a pack are drawn up front and decided on together
         require(
             s.search != "optuna",
             "sweep.pack",

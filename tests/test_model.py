@@ -12,6 +12,7 @@ from arith.model import (
     ModelConfig,
     _digit_run_index,
     flops_per_token,
+    member_dropout,
     n_params,
 )
 
@@ -81,6 +82,25 @@ def test_a_stacked_pack_computes_what_each_member_computes(position):
         torch.testing.assert_close(pack.member(i)(idx[:2])[0], m(idx[:2])[0])
 
 
+def test_each_member_of_a_pack_drops_out_at_its_own_rate():
+    torch.manual_seed(0)
+    rates = [0.0, 0.5, 0.2]
+    models = [tiny("learned", dropout=rate) for rate in rates]
+    pack = GPT.stack(models).train()
+    assert pack.member(1).cfg.dropout == 0.5
+    idx = torch.randint(0, 16, (3 * 64, 10))
+    stacked, _ = pack(idx)
+    for i, m in enumerate(models):
+        plain = m.eval()(idx[64 * i : 64 * (i + 1)])[0]
+        changed = (stacked[64 * i : 64 * (i + 1)] - plain).abs().amax(-1) > 1e-5
+        # rate 0 leaves a member exactly as it is alone; the others change almost everywhere
+        assert changed.float().mean().item() == (0.0 if rates[i] == 0 else pytest.approx(1, abs=0.1))
+    mask = member_dropout(torch.ones(3 * 1000, 1), tuple(rates), training=True)
+    kept = (mask.view(3, 1000) > 0).float().mean(1)
+    torch.testing.assert_close(kept, torch.tensor([1.0, 0.5, 0.8]), atol=0.05, rtol=0)
+    assert mask.view(3, 1000).mean(1).sub(1).abs().max() < 0.15  # kept values are rescaled
+
+
 def test_bad_shapes_are_config_errors():
     from arith.errors import ConfigError
 
@@ -92,14 +112,14 @@ def _weight_on_matching_keys(log_length: bool, n_distractors: int) -> float:
     """One head whose query matches the first and last tokens only; the weight it puts on
     them, read from the output (values and projection are identities)."""
     cfg = ModelConfig(n_layer=1, d_model=4, n_head=1, bias=False, log_length_attention=log_length)
-    attn = CausalSelfAttention(cfg)
+    attn = CausalSelfAttention(cfg, members=1)
     with torch.no_grad():
         eye = torch.eye(4)
-        attn.qkv.weight.copy_(torch.cat([2 * eye, 2 * eye, eye]))  # q = k = 2x, v = x
-        attn.proj.weight.copy_(eye)
+        attn.qkv.weight[0].copy_(torch.cat([2 * eye, 2 * eye, eye]))  # q = k = 2x, v = x
+        attn.proj.weight[0].copy_(eye)
     match, other = torch.tensor([1.0, 0, 0, 0]), torch.tensor([0, 1.0, 0, 0])
     x = torch.stack([match, *[other] * n_distractors, match])[None]
-    y = attn(x, None, KVCache(), 0)
+    y = attn(x, None, KVCache(), 0, x.shape[1], dropout=(0.0,))
     return float(y[0, -1, 0].detach())
 
 

@@ -45,7 +45,7 @@ def call_main(argv: list[str]) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
-        (["sweep.pack=0"], "error: sweep.pack: must be >= 1, but got 0"),
+        (["sweep.pack=0"], "error: sweep.pack: must be >= 1 or auto, got 0"),
         (
             ["sweep.pack=4", "sweep.search=optuna"],
             "error: sweep.pack: 4 needs search grid or random, but got search optuna",
@@ -79,6 +79,34 @@ def test_packs_group_same_shape_trials_in_tune_order():
     text = run.dry_run_text(spec)
     assert "2 packs (sweep.pack=4) train these 6 trials:" in text
     assert "  pack 1: 2 trial(s) 00004,00005" in text
+
+
+def test_auto_packs_as_many_as_fit_and_keeps_concurrent_slots_busy(monkeypatch):
+    from arith.trainer import describe
+    from sweeps import packing
+    from sweeps.space import resolve_run_config
+
+    spec = load_spec(SMOKE, [*SETS, "sweep.pack=auto", "sweep.max_concurrent=null"])
+    assert [len(pack) for pack in build_packs(spec)] == [6]  # tiny models: the whole group
+    config = resolve_run_config(spec.base, packing.trial_points(spec)[0], spec.derived)
+    monkeypatch.setattr(packing, "AUTO_CPU_BYTES", 3 * describe(config)["train_bytes"])
+    assert [len(pack) for pack in build_packs(spec)] == [3, 3]  # three fit
+    monkeypatch.undo()
+    spec = load_spec(SMOKE, [*SETS, "sweep.pack=auto", "sweep.max_concurrent=4"])
+    assert [len(pack) for pack in build_packs(spec)] == [2, 2, 2]  # 6 trials over 4 slots
+    assert "(sweep.pack=auto)" in run.dry_run_text(spec)
+
+
+def test_the_progress_line_counts_trials_not_packs():
+    from types import SimpleNamespace
+
+    from sweeps.progress import ProgressLine
+
+    line = ProgressLine("s", 6, "val/exact_match", "max", pack_sizes=[4, 2])
+    trials = [SimpleNamespace(status="TERMINATED", config={"pack": 0})]
+    assert line.line(trials).startswith("s  4/6 done · 0 running · 2 pending")
+    trials.append(SimpleNamespace(status="RUNNING", config={"pack": 1}))
+    assert line.line(trials).startswith("s  4/6 done · 2 running · 0 pending")
 
 
 def _reference(spec) -> pd.DataFrame:
