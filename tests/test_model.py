@@ -11,6 +11,7 @@ from arith.model import (
     KVCache,
     ModelConfig,
     _digit_run_index,
+    abacus_rows,
     flops_per_token,
     member_dropout,
     n_params,
@@ -61,13 +62,16 @@ def test_digit_run_index_counts_within_numbers_and_continues_from_cache():
     assert _digit_run_index(is_digit[:, :2], torch.tensor([3])).tolist() == [[4, 5]]
 
 
-def test_abacus_offset_changes_only_digit_positions():
-    torch.manual_seed(0)
-    model = tiny("abacus")
-    idx = torch.tensor([[12, 12, 12]])  # no digits: the offset must not matter
-    a, _ = model(idx)
-    b, _ = model(idx, abacus_offset=torch.tensor([5]))
-    torch.testing.assert_close(a, b)
+def test_equals_sits_one_abacus_row_below_the_ones_digits_at_every_offset():
+    # reversed "21+543=": ones digits first; the answer's ones digit is predicted at "="
+    is_digit = torch.tensor([[True, True, False, True, True, True, False]])
+    run = _digit_run_index(is_digit, torch.tensor([0]))
+    assert torch.equal(abacus_rows(run, None), run)  # evaluation: no shift
+    for offset in (0, 3, 17):
+        rows = abacus_rows(run, torch.tensor([offset]))[0].tolist()
+        assert rows == [offset + r for r in run[0].tolist()]
+        # what "=" looks up does not depend on the offset, as for every answer digit after it
+        assert rows[0] - rows[6] == rows[3] - rows[6] == 1
 
 
 @pytest.mark.parametrize("position", POSITIONS)
