@@ -441,7 +441,9 @@ def build_tuner(
         packs=packs,
     )
     pack_sizes = None if packs is None else [len(pack) for pack in packs]
-    progress = ProgressLine(spec.name, space.n_trials(spec), s.metric, s.mode, pack_sizes=pack_sizes)
+    progress = ProgressLine(
+        spec.name, space.n_trials(spec), s.metric, s.mode, pack_sizes=pack_sizes
+    )
     trainable = tune.with_resources(trainable, {"cpu": s.resources.cpu, "gpu": s.resources.gpu})
     run_config = tune.RunConfig(
         name=spec.name,

@@ -72,6 +72,19 @@ def test_a_pack_matches_each_member_trained_alone(position):
     assert reports[0][-1]["train/loss"] != reports[1][-1]["train/loss"]
 
 
+def test_members_drop_out_at_their_own_rates():
+    configs = [tiny("train.seed=0"), tiny("train.seed=1", "model.dropout=0.3")]
+    _, reports = run_pack(configs)
+    for config, packed in zip(configs, reports, strict=True):
+        alone: list[dict] = []
+        train(config, alone.append)
+        if config.model.dropout == 0:  # its packmate's dropout leaves it exactly as alone
+            assert_same_curves(packed, alone)
+        else:  # masks come from the pack's RNG: the same rate, other draws
+            assert packed[-1]["train/loss"] != alone[-1]["train/loss"]
+    assert reports[0][-1]["train/loss"] != reports[1][-1]["train/loss"]
+
+
 def test_a_member_that_stops_stops_alone():
     configs = [
         tiny("train.seed=0"),
