@@ -4,6 +4,7 @@ start a sweep, watch its trials' result files, and read what MLflow ended up hol
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -187,3 +188,17 @@ STATUS_LINES = ("connecting to the Ray cluster at ", "starting a local Ray ")
 def error_lines(stderr: str) -> list[str]:
     """stderr without the start-up status lines."""
     return [line for line in stderr.strip().splitlines() if not line.startswith(STATUS_LINES)]
+
+
+def call_main(argv: list[str]) -> tuple[int, str]:
+    """``python -m sweeps.run ARGV`` in-process: (exit code, stderr)."""
+    from arith.cli import run_main
+    from sweeps import run
+
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            run_main(lambda: run.main(argv))
+        except SystemExit as stop:
+            return int(stop.code or 0), err.getvalue()
+    raise AssertionError("run_main always exits")

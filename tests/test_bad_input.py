@@ -11,7 +11,6 @@ wrapper as ``python -m sweeps.run``; a handful run the real command in a subproc
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
 import subprocess
@@ -23,9 +22,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from arith.cli import run_main
-from sweeps import run
+from sweep_procs import call_main
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
@@ -65,17 +62,6 @@ def _children() -> set[int]:
                 if (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == me:
                     found.add(int(entry.name))
     return found
-
-
-def call_main(argv: list[str]) -> tuple[int, str]:
-    """``python -m sweeps.run ARGV`` in-process: (exit code, stderr)."""
-    err, out = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        try:
-            run_main(lambda: run.main(argv))
-        except SystemExit as stop:
-            return int(stop.code or 0), err.getvalue()
-    raise AssertionError("run_main always exits")
 
 
 def assert_refused(argv: list[str], workdir: Path, kind: str) -> None:

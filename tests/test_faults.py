@@ -49,6 +49,42 @@ def faults_spec(tmp: Path) -> Path:
     return path
 
 
+def _kill_a_worker_mid_run(tmp_path: Path, uri: str, sets: list[str], find_victim) -> tuple:
+    """Run the faults spec, SIGKILL the worker ``find_victim()`` names as (trial, pid), and
+    wait for the sweep to finish (it must exit 0). Returns (trial, pid)."""
+    proc = start_sweep(tmp_path, uri, sets, spec=faults_spec(tmp_path))
+    try:
+        found = wait_until(find_victim, 240, proc, every_s=0.05)
+        assert found, (tmp_path / "run.err").read_text()[-3000:]
+        victim, pid = found
+        assert _is_ray_worker(pid), pid
+        os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    assert proc.returncode == 0, (tmp_path / "run.err").read_text()[-3000:]
+    return victim, pid
+
+
+def _assert_two_finished_one_diverged(uri: str) -> int:
+    """The faults sweep in MLflow: one parent; the two good learning rates finished with every
+    evaluation step once, the diverging one marked so; returns the (metric, step) pairs checked."""
+    parents, runs = children(uri, "faults")
+    assert len(parents) == 1 and len(runs) == 3
+    by_lr = {float(r.data.params["optim.lr"]): r for r in runs}
+    assert len(by_lr) == 3
+    for lr in (3.0e-3, 1.0e-3):
+        run = by_lr[lr]
+        assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
+        assert metric_steps(uri, run)["val/exact_match"] == STEPS
+    diverged = by_lr[DIVERGING_LR]
+    assert diverged.data.tags["sweep.status"] == "DIVERGED"
+    assert diverged.data.tags["sweep.stopped_reason"] == "diverged"
+    assert diverged.data.metrics["steps"] < 60
+    return assert_no_duplicate_steps(uri, runs)
+
+
 def _is_ray_worker(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::")
@@ -68,18 +104,7 @@ def test_worker_killed_and_diverging_trial(tmp_path):
                 return name, last["pid"]
         return None
 
-    proc = start_sweep(tmp_path, uri, [], spec=faults_spec(tmp_path))
-    try:
-        found = wait_until(running_trial_at_step_20, 240, proc, every_s=0.05)
-        assert found, (tmp_path / "run.err").read_text()[-3000:]
-        victim, pid = found
-        assert _is_ray_worker(pid), pid
-        os.kill(pid, signal.SIGKILL)
-        proc.wait(timeout=240)
-    finally:
-        if proc.poll() is None:
-            kill(proc)
-    assert proc.returncode == 0, (tmp_path / "run.err").read_text()[-3000:]
+    victim, pid = _kill_a_worker_mid_run(tmp_path, uri, [], running_trial_at_step_20)
 
     # Retried from its last checkpoint: a new worker, and step 0 (the start) reported only once.
     lines = result_lines(experiment_dir)[victim]
@@ -88,19 +113,7 @@ def test_worker_killed_and_diverging_trial(tmp_path):
     assert {line["pid"] for line in lines} - {pid}, "no retry in a new worker"
     assert steps[-1] == 60
 
-    parents, runs = children(uri, "faults")
-    assert len(parents) == 1 and len(runs) == 3
-    by_lr = {float(r.data.params["optim.lr"]): r for r in runs}
-    assert len(by_lr) == 3
-    for lr in (3.0e-3, 1.0e-3):
-        run = by_lr[lr]
-        assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
-        assert metric_steps(uri, run)["val/exact_match"] == STEPS
-    diverged = by_lr[DIVERGING_LR]
-    assert diverged.data.tags["sweep.status"] == "DIVERGED"
-    assert diverged.data.tags["sweep.stopped_reason"] == "diverged"
-    assert diverged.data.metrics["steps"] < 60
-    pairs = assert_no_duplicate_steps(uri, runs)
+    pairs = _assert_two_finished_one_diverged(uri)
 
     out = tmp_path / "out" / "faults"
     trials = pd.read_csv(out / "trials.csv")
@@ -124,18 +137,7 @@ def test_worker_killed_in_a_pack(tmp_path):
                 return name, last["pid"]
         return None
 
-    proc = start_sweep(tmp_path, uri, ["sweep.pack=4"], spec=faults_spec(tmp_path))
-    try:
-        found = wait_until(running_pack_at_step_20, 240, proc, every_s=0.05)
-        assert found, (tmp_path / "run.err").read_text()[-3000:]
-        victim, pid = found
-        assert _is_ray_worker(pid), pid
-        os.kill(pid, signal.SIGKILL)
-        proc.wait(timeout=240)
-    finally:
-        if proc.poll() is None:
-            kill(proc)
-    assert proc.returncode == 0, (tmp_path / "run.err").read_text()[-3000:]
+    victim, pid = _kill_a_worker_mid_run(tmp_path, uri, ["sweep.pack=4"], running_pack_at_step_20)
 
     lines = result_lines(experiment_dir)
     assert list(lines) == [victim]  # one Tune trial: the pack
@@ -143,17 +145,7 @@ def test_worker_killed_in_a_pack(tmp_path):
     assert steps.count(0) == 1 and steps[-1] == 60, steps
     assert {line["pid"] for line in lines[victim]} - {pid}, "no retry in a new worker"
 
-    parents, runs = children(uri, "faults")
-    assert len(parents) == 1 and len(runs) == 3
-    by_lr = {float(r.data.params["optim.lr"]): r for r in runs}
-    for lr in (3.0e-3, 1.0e-3):
-        run = by_lr[lr]
-        assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
-        assert metric_steps(uri, run)["val/exact_match"] == STEPS
-    diverged = by_lr[DIVERGING_LR]
-    assert diverged.data.tags["sweep.status"] == "DIVERGED"
-    assert diverged.data.metrics["steps"] < 60
-    pairs = assert_no_duplicate_steps(uri, runs)
+    pairs = _assert_two_finished_one_diverged(uri)
     trials = pd.read_csv(tmp_path / "out" / "faults" / "trials.csv")
     assert sorted(trials["status"]) == ["DIVERGED", "TERMINATED", "TERMINATED"]
     print(f"\n1 worker kill of a pack survived; 3 members, {pairs} (metric, step) pairs checked")

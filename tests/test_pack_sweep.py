@@ -4,8 +4,6 @@ table), and the combinations it does not support are refused in one line before 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import subprocess
 import sys
@@ -13,9 +11,15 @@ import sys
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
-from sweep_procs import ROOT, SMOKE, assert_no_duplicate_steps, children, metric_steps
+from sweep_procs import (
+    ROOT,
+    SMOKE,
+    assert_no_duplicate_steps,
+    call_main,
+    children,
+    metric_steps,
+)
 
-from arith.cli import run_main
 from sweeps import run
 from sweeps.collect import render_tables
 from sweeps.packing import build_packs
@@ -30,16 +34,6 @@ SETS = [
     "base.train.precision=fp32",
 ]
 EXACT = ("val/exact_match", "test/exact_match", "train/exact_match", "n_params", "steps")
-
-
-def call_main(argv: list[str]) -> tuple[int, str]:
-    err, out = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        try:
-            run_main(lambda: run.main(argv))
-        except SystemExit as stop:
-            return int(stop.code or 0), err.getvalue()
-    raise AssertionError("run_main always exits")
 
 
 @pytest.mark.parametrize(
