@@ -146,6 +146,11 @@ def run_pack_bench(sizes: list[str], packs: list[int], steps: int, device: str) 
 
     if device == "cpu":
         torch.set_num_threads(1)  # one CPU per trial, as a Tune trial holds
+    # Warm up first: a process's first run pays for imports and first-call setup, which would
+    # otherwise land on whichever side the first row times first.
+    warm = pack_configs(sizes[0], 2, 2, device)
+    train(warm[0])
+    train_pack(warm)
     rows = []
     for size in sizes:
         for n_members in packs:
