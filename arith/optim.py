@@ -96,14 +96,16 @@ class PackedAdamW:
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
         device = self.params[0].device
-        # fused kernels read the step count from a float tensor on the parameters' device
+        # fused kernels read the step count from a float tensor on the parameters' device; the
+        # schedule reads a Python copy, so no step waits on the device (.item() syncs a GPU)
         self.steps = [torch.zeros((), device=device) for _ in self.configs]
+        self.step_counts = [0 for _ in self.configs]
         self.fused = device.type in ("cpu", "cuda")
 
     def lr(self, member: int) -> float:
         """Learning rate of ``member``'s next step (its schedule at its own step count)."""
         cfg = self.configs[member]
-        return cfg.lr * lr_factor(cfg, int(self.steps[member].item()), self.total_steps[member])
+        return cfg.lr * lr_factor(cfg, self.step_counts[member], self.total_steps[member])
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -132,6 +134,7 @@ class PackedAdamW:
             cfg = self.configs[i]
             lr = self.lr(i)
             self.steps[i] += 1
+            self.step_counts[i] += 1
             for lo, hi, decay in ((0, n_decay, cfg.weight_decay), (n_decay, None, 0.0)):
                 chosen = [
                     j for j in range(lo, hi or len(self.params)) if self.params[j].grad is not None
@@ -153,7 +156,7 @@ class PackedAdamW:
                 eps=cfg.eps, amsgrad=False, maximize=False,
             )  # fmt: skip
             return
-        step = float(self.steps[i].item())  # the reference AdamW, for devices without a kernel
+        step = float(self.step_counts[i])  # the reference AdamW, for devices without a kernel
         beta1, beta2 = cfg.betas
         for param, grad, avg, avg_sq in zip(p, g, m, v, strict=True):
             param.mul_(1 - lr * weight_decay)
@@ -172,3 +175,4 @@ class PackedAdamW:
             strict=True,
         ):
             mine.copy_(saved)
+        self.step_counts = [int(step.item()) for step in self.steps]
