@@ -157,28 +157,48 @@ def stop_mlflow_server(proc: subprocess.Popen) -> None:
             continue
 
 
-def reference_trials(sets: list[str], keys: tuple[str, ...], spec: Path = SMOKE):
+def reference_trials(
+    sets: list[str], keys: tuple[str, ...], spec: Path = SMOKE, points: list[dict] | None = None
+):
     """The trials of a sweep trained back to back in this process, never interrupted (one torch
-    thread, as in a one-CPU Tune trial): a DataFrame of the swept values and ``keys``."""
+    thread, as in a one-CPU Tune trial): a DataFrame of the swept values and ``keys``, with the
+    convergence label the sweep computes from each trial's curves. ``points``: the trials'
+    flat configs (random search's draws); the spec's grid when not given."""
     import pandas as pd
     import torch
 
     from arith.trainer import train
+    from sweeps.collect import with_convergence
     from sweeps.space import grid_points, resolve_run_config
     from sweeps.spec import load_spec
 
     loaded = load_spec(spec, sets)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    rows = []
+    rows, curves = [], []
     try:
-        for point in grid_points(loaded):
+        for index, point in enumerate(grid_points(loaded) if points is None else points):
             config = resolve_run_config(loaded.base, point, loaded.derived)
-            summary = train(config)
-            rows.append({**point, **{k: summary[k] for k in keys}, "status": "TERMINATED"})
+
+            def keep(metrics: dict, trial: int = index) -> None:
+                for name, value in metrics.items():
+                    if isinstance(value, int | float) and "/" in name:
+                        curves.append((trial, name, metrics["step"], float(value)))
+
+            summary = train(config, keep)
+            rows.append(
+                {
+                    "trial_id": index,
+                    **point,
+                    **{k: summary[k] for k in keys},
+                    "status": "TERMINATED",
+                    "stopped_reason": summary["stopped_reason"],
+                }
+            )
     finally:
         torch.set_num_threads(threads)
-    return pd.DataFrame(rows)
+    curves_frame = pd.DataFrame(curves, columns=["trial_id", "metric", "step", "value"])
+    return with_convergence(pd.DataFrame(rows), curves_frame, loaded.sweep.metric)
 
 
 # What sweeps.run says on stderr before Ray is up; a refusal after them is still one error line.

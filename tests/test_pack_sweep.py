@@ -18,11 +18,12 @@ from sweep_procs import (
     call_main,
     children,
     metric_steps,
+    reference_trials,
 )
 
 from sweeps import run
 from sweeps.collect import render_tables
-from sweeps.packing import build_packs
+from sweeps.packing import build_packs, trial_points
 from sweeps.spec import load_spec
 
 # Six trials (three learning rates x two seeds) of one shape: packs of 4 and 2.
@@ -103,28 +104,6 @@ def test_the_progress_line_counts_trials_not_packs():
     assert line.line(trials).startswith("s  4/6 done · 2 running · 0 pending")
 
 
-def _reference(spec) -> pd.DataFrame:
-    """Each trial trained alone, back to back in this process (one torch thread, as in a
-    one-CPU Tune trial): what an unpacked sweep's trials compute."""
-    import torch
-
-    from arith.trainer import train
-    from sweeps.packing import trial_points
-    from sweeps.space import resolve_run_config
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    rows = []
-    try:
-        for point in trial_points(spec):
-            summary = train(resolve_run_config(spec.base, point, spec.derived))
-            keys = ("train/loss", *EXACT)
-            rows.append({**point, **{k: summary[k] for k in keys}, "status": "TERMINATED"})
-    finally:
-        torch.set_num_threads(threads)
-    return pd.DataFrame(rows)
-
-
 @pytest.mark.slow
 def test_a_packed_sweep_reads_like_the_unpacked_one(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -162,7 +141,7 @@ def test_a_packed_sweep_reads_like_the_unpacked_one(tmp_path):
     spec = load_spec(SMOKE, sets)
     trials = pd.read_csv(tmp_path / "out" / "smoke" / "trials.csv")
     assert len(trials) == 6
-    reference = _reference(spec)
+    reference = reference_trials(sets, ("train/loss", *EXACT), points=trial_points(spec))
     merged = trials.merge(reference, on=["optim.lr", "train.seed"], suffixes=("", "_ref"))
     assert len(merged) == 6
     for name in EXACT:
