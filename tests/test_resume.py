@@ -65,12 +65,15 @@ def test_driver_killed_at_random_points_then_resumed(tmp_path, pack):
     def n_results() -> int:
         return sum(len(lines) for lines in result_lines(experiment_dir).values())
 
+    lines_per_sweep = 4 // pack * (len(STEPS) + 1)  # Tune trials x (evaluations + summary)
     proc = start_sweep(tmp_path, uri, sets, log="run0")
     progress: set[tuple[str, int]] = set()
     kills = 0
     try:
         for round_ in range(KILLS):
-            target = n_results() + rng.randint(1, 8)  # at least one more trial result
+            # at least one more result, and early enough that the kills land mid-sweep: a
+            # packed sweep writes half the lines (two packs of two report as two trials)
+            target = n_results() + rng.randint(1, lines_per_sweep // (KILLS + 2))
             if not wait_until(lambda t=target: n_results() >= t, 240, proc):
                 break  # the sweep finished before this kill point
             kill(proc)
