@@ -263,7 +263,7 @@ class CausalSelfAttention(nn.Module):
         elif T == 1:  # one new token attends to everything before it
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=rates[0])
         else:  # several new tokens after a cached prefix: causal mask shifted by the prefix
-            mask = torch.ones(T, t_past + T, dtype=torch.bool, device=x.device).tril(t_past)
+            mask = _causal_mask(T, t_past, x.device)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=rates[0])
         y = y.transpose(1, 2).contiguous().view(M, N, C)
         return member_dropout(self.proj(y), dropout, self.training)
@@ -273,11 +273,15 @@ def _attention_by_hand(
     q: Tensor, k: Tensor, v: Tensor, t_past: int, rates: tuple[float, ...]
 ) -> Tensor:
     """Causal attention after a cached prefix, with each member's dropout rate on its weights."""
-    T, S = q.shape[2], k.shape[2]
-    mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(t_past)
+    mask = _causal_mask(q.shape[2], t_past, q.device)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
     return member_dropout(weights, rates, training=True) @ v
+
+
+def _causal_mask(T: int, t_past: int, device: torch.device) -> Tensor:
+    """(T, t_past + T) True where a new token may attend: every cached key and itself."""
+    return torch.ones(T, t_past + T, dtype=torch.bool, device=device).tril(t_past)
 
 
 def member_dropout(x: Tensor, rates: tuple[float, ...], training: bool) -> Tensor:
