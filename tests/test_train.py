@@ -130,7 +130,15 @@ def test_two_digit_reversed_addition_is_learned():
             "optim.weight_decay=0",
         ],
     )
-    summary = train(config)
+    # One torch thread, as a one-CPU Tune trial trains: with two, float sums reorder and this
+    # seed's run lands at 0.977 (2026-11-24); the suite used to reach this test after
+    # test_bench had left torch at one thread, so the result hung on test order.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        summary = train(config)
+    finally:
+        torch.set_num_threads(threads)
     assert summary["test/exact_match"] >= 0.99, summary["test/exact_match"]
     assert summary["edge/exact_match"] == 1.0
 
