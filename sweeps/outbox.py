@@ -111,7 +111,7 @@ class Outbox:
             return
         with self.journal.open("a", encoding="utf-8") as out:
             for entry in new:
-                out.write(json.dumps(entry[0], default=_plain) + "\n")
+                out.write(json.dumps(entry[0], default=plain_number) + "\n")
                 entry[1] = True
             out.flush()
             os.fsync(out.fileno())
@@ -145,6 +145,6 @@ def read_journal(path: Path) -> list[Record]:
     return records
 
 
-def _plain(value: Any) -> Any:
-    """numpy scalars (Tune's sampled values) as Python numbers."""
+def plain_number(value: Any) -> Any:
+    """numpy scalars (Tune's sampled values) as Python numbers, for JSON."""
     return value.item() if hasattr(value, "item") else str(value)

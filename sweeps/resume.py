@@ -7,7 +7,8 @@
 - ``parent_to_resume``: the parent run a ``--resume`` continues (the saved id, else the newest
   unfinished parent of the experiment), or a one-line reason why there is nothing to resume.
 - ``repair_snapshot``: trials whose snapshot names a deleted checkpoint restore from one that
-  exists, or start again (``sweeps.snapshot``).
+  exists, or start again, and Tune's trial generator agrees with its trial list
+  (``sweeps.snapshot``).
 - ``attach``: the resumed sweep's tracker, with the MLflow writes a killed driver left waiting.
 """
 
@@ -135,7 +136,7 @@ def repair_snapshot(spec: SweepSpec, out_dir: Path, storage: str | None) -> dict
     if storage and "://" in storage:
         return {}
     root = Path(storage).expanduser().resolve() if storage else out_dir / "ray"
-    return snapshot.repair(root / spec.name)
+    return snapshot.repair(root / spec.name, seed=spec.sweep.seed)
 
 
 def _tune_can_restore(experiment_dir: str | Path) -> bool:

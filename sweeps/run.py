@@ -289,9 +289,27 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
     improving = improving_line(trials)
     if improving:
         print(improving)
+    missing = _missing_line(spec, trials)
+    if missing:
+        print(missing, file=sys.stderr)
     if tracker.redone["trials"]:
         print(_redone_line(tracker.redone))
     return 1 if errors and errors == len(results) else 0
+
+
+def _missing_line(spec: SweepSpec, trials) -> str | None:
+    """A warning when fewer trials finished than the space holds (a time budget aside): a sweep
+    must never look complete with a trial lost (sweeps.snapshot says how one could be)."""
+    from sweeps import space
+
+    expected = space.n_trials(spec)
+    finished = int((trials["status"] != "RUNNING").sum()) if "status" in trials else 0
+    if spec.sweep.time_budget_s is not None or finished >= expected:
+        return None
+    return (
+        f"warning: {finished} of {expected} trials finished; the others never ran to their end "
+        "(their MLflow runs, if any, stay RUNNING)"
+    )
 
 
 def _log_key_figures(
@@ -401,12 +419,13 @@ def build_tuner(
     from ray.tune.logger import JsonLoggerCallback
 
     from arith.trainer import describe
-    from sweeps import packing, space
+    from sweeps import packing, space, tunefix
     from sweeps.progress import ProgressLine
     from sweeps.tracking import MLflowTracker
     from sweeps.trainable import train_pack_trial, train_trial
 
     s = spec.sweep
+    tunefix.retry_failed_resets()  # with reuse_actors, a worker lost in a reset is retried
     # Packed: Tune runs one trial per pack, over a grid of pack numbers (sweeps.packing).
     packs = packing.build_packs(spec) if s.pack != 1 else None
     if packs is None:

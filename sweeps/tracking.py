@@ -296,9 +296,9 @@ class MLflowTracker(Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         for trial_id, config, _ in self.units(trial):
-            state = self.trials.get(trial_id)
-            if state is None:
-                continue
+            if trial_id not in self.trials:  # failed before it started: MLflow still shows it
+                self._start(trial_id, config, trial)
+            state = self.trials[trial_id]
             if not state["summary"]:
                 self._log_fallback_summary(state, trial_id, config, trial, "error")
             error = str(getattr(trial, "error_file", None) or "")

@@ -374,7 +374,7 @@ def test_yaml_is_only_ever_safe_loaded():
 
 # The one unpickling allowed: --resume repairs Tune's own experiment snapshot, which Tune writes
 # with cloudpickle into the sweep's output folder and unpickles itself on Tuner.restore.
-TUNE_SNAPSHOT_READER = "sweeps/snapshot.py: return cloudpickle.loads(bytes.fromhex(hex_text))"
+TUNE_SNAPSHOT_READER = "sweeps/snapshot.py: return cloudpickle.loads(data)"
 
 
 def test_no_code_is_evaluated_from_a_spec():

@@ -322,3 +322,21 @@ def test_spec_of_a_new_parent_waits_in_the_outbox_when_the_store_fails(tmp_path)
     tracker.outbox.retry_at = 0.0
     assert tracker.outbox.flush()
     assert [a.path for a in tracker.client.list_artifacts(parent)] == ["spec.yaml"]
+
+
+def test_a_trial_that_errors_before_it_starts_still_gets_its_child_run(tmp_path):
+    """Tune can end a trial in ERROR without on_trial_start (a reused actor lost during its
+    reset, before sweeps.tunefix): MLflow must still show it, failed, with its params."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = make_tracker(uri)
+    tracker.start_parent("sweep: {name: tracking-test}\n")
+    trial = FakeTrial("t_7", {"model.d_model": 16}, status="ERROR", error_file="/x/error.txt")
+    tracker.on_trial_error(0, [], trial)
+    client = MlflowClient(uri)
+    run = client.get_run(tracker.trials["t_7"]["run_id"])
+    assert run.data.tags["mlflow.parentRunId"] == tracker.parent_run_id
+    assert run.data.tags["sweep.trial_id"] == "t_7"
+    assert (run.data.tags["sweep.status"], run.info.status) == ("ERROR", "FAILED")
+    assert run.data.tags["sweep.error_file"] == "/x/error.txt"
+    assert run.data.params["model.d_model"] == "16"
+    assert run.data.metrics["n_params"] > 0  # sizes from the config (the fallback summary)
