@@ -40,8 +40,19 @@ def load_model(path: str | Path) -> tuple[GPT, object]:
     weights = payload["model"]
     max_seq_len = weights["wpe.weight"].shape[-2] if "wpe.weight" in weights else 0
     model = GPT(config.model, len(fmt.vocab), max(max_seq_len, fmt.max_seq_len()), fmt.digit_ids)
-    model.load_state_dict(payload["model"])
+    model.load_state_dict(with_member_axis(weights, model.state_dict()))
     return model.eval(), fmt
+
+
+def with_member_axis(weights: dict, expected: dict) -> dict:
+    """Weights saved before packed trials (no leading member axis) as a pack of one, so models
+    logged by earlier sweeps still load; current weights pass through."""
+    return {
+        key: value.unsqueeze(0)
+        if key in expected and expected[key].shape == (1, *value.shape)
+        else value
+        for key, value in weights.items()
+    }
 
 
 def download_from_mlflow(source: str, tracking_uri: str | None, into: Path) -> Path:

@@ -63,6 +63,26 @@ def test_predict_completes_prompts_from_arguments_and_stdin(tmp_path):
         assert bad.stdout == ""  # every prompt is checked before any answer
 
 
+def test_a_model_saved_before_packed_trials_still_answers(tmp_path):
+    """Weights without the member axis (models logged by sweeps before packed trials) load as a
+    pack of one and answer exactly as the same weights with it."""
+    import torch
+
+    config = CONFIGS[0]
+    trained = run("-m", "arith.train", str(config), *SMALL, "--quiet", "--out", str(tmp_path))
+    assert trained.returncode == 0, trained.stderr
+    old = tmp_path / "old"
+    old.mkdir()
+    payload = torch.load(tmp_path / "model.pt", map_location="cpu", weights_only=True)
+    payload["model"] = {k: v.squeeze(0) for k, v in payload["model"].items()}
+    torch.save(payload, old / "model.pt")
+    prompts = ("1234 + 5678 =", "99 + 1 =")
+    new_answers = run("-m", "arith.predict", str(tmp_path), *prompts)
+    old_answers = run("-m", "arith.predict", str(old), *prompts)
+    assert old_answers.returncode == 0, old_answers.stderr
+    assert old_answers.stdout == new_answers.stdout and len(old_answers.stdout.splitlines()) == 2
+
+
 @pytest.mark.parametrize(
     ("args", "names"),
     [
