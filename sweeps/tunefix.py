@@ -26,11 +26,14 @@ def retry_failed_resets() -> None:
     def process_trial_failure(self, trial, exception):
         if trial.status == Trial.PENDING and trial in self._resetting_trials:
             # As Tune treats an actor that fails to start (_actor_failed): RUNNING for the
-            # retry path, unstaged; and out of _resetting_trials, or it would never be
-            # scheduled again (_maybe_reuse_cached_actor takes it for a reset in progress).
+            # retry path, unstaged if it was staged (an actor handed on when a trial stopped
+            # was not: a chaos run met Tune's "this trial was lost" there); and out of
+            # _resetting_trials, or it would never be scheduled again
+            # (_maybe_reuse_cached_actor takes it for a reset in progress).
             self._resetting_trials.discard(trial)
             self._set_trial_status(trial, Trial.RUNNING)
-            self._unstage_trial_with_resources(trial)
+            if trial in self._staged_trials:
+                self._unstage_trial_with_resources(trial)
         return original(self, trial, exception)
 
     process_trial_failure.retries_failed_resets = True
