@@ -98,6 +98,10 @@ class ModelConfig:
     """Scale each query's attention logits by log(number of keys it sees) (Chiang & Cholak
     2022; Nakanishi 2025, "Scalable-Softmax"), so attention to one key does not fade as the
     sequence grows: without it a model dilutes on longer inputs than trained."""
+    input_injection: bool = False
+    """Add the embedded input (tokens and positions) to every block's input, not only the
+    first's (McLeish et al. 2024: with Abacus positions it halves length-generalisation
+    errors)."""
     init_std: float = 0.02
     """Standard deviation of the normal initialisation (GPT-2)."""
 
@@ -427,7 +431,10 @@ class GPT(nn.Module):
             index = abacus_rows(run, abacus_offset)
             x = x + self.abacus(index.clamp(max=self.cfg.abacus_max_k).view(M, B // M, T))
         x = member_dropout(x, self.dropout_rates, self.training).view(M, B // M * T, C)
+        embedded = x
         for layer, block in enumerate(self.blocks):
+            if layer > 0 and self.cfg.input_injection:
+                x = x + embedded
             x = block(x, rope, cache, layer, T, self.dropout_rates)
         cache.length += T
         cache.digit_run = run[:, -1]

@@ -21,15 +21,19 @@ POSITIONS = ["learned", "rope", "abacus", "none"]
 
 
 def tiny(position: str, **kw) -> GPT:
-    cfg = ModelConfig(n_layer=2, d_model=32, n_head=4, position=position, **kw)
+    cfg = ModelConfig(**{"n_layer": 2, "d_model": 32, "n_head": 4, "position": position, **kw})
     return GPT(cfg, vocab_size=16, max_seq_len=24, digit_ids=tuple(range(10))).eval()
 
 
 @pytest.mark.parametrize("position", POSITIONS)
-@pytest.mark.parametrize("log_length", [False, True])
-def test_cached_decoding_matches_full_forward(position, log_length):
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"log_length_attention": True}, {"input_injection": True}],
+    ids=["plain", "log_length", "input_injection"],
+)
+def test_cached_decoding_matches_full_forward(position, options):
     torch.manual_seed(0)
-    model = tiny(position, log_length_attention=log_length)
+    model = tiny(position, **options)
     idx = torch.randint(0, 16, (3, 12))
     full, _ = model(idx)
     logits, cache = model(idx[:, :5])
@@ -136,3 +140,16 @@ def test_log_length_attention_keeps_a_matching_key_from_fading():
     scaled = [_weight_on_matching_keys(True, n) for n in (8, 16, 32)]
     assert plain[0] > plain[1] > plain[2] and plain[2] < 0.5 * plain[0]
     assert scaled[2] >= scaled[1] >= scaled[0] > plain[0]
+
+
+def test_input_injection_adds_the_embedded_input_to_later_blocks_only():
+    """Same weights: one layer computes the same either way; with two, the second block's
+    input differs by exactly the embedded input."""
+    torch.manual_seed(0)
+    idx = torch.randint(0, 16, (2, 10))
+    one, one_injected = tiny("abacus", n_layer=1), tiny("abacus", n_layer=1, input_injection=True)
+    one_injected.load_state_dict(one.state_dict())
+    torch.testing.assert_close(one(idx)[0], one_injected(idx)[0])
+    two, two_injected = tiny("abacus"), tiny("abacus", input_injection=True)
+    two_injected.load_state_dict(two.state_dict())
+    assert not torch.allclose(two(idx)[0], two_injected(idx)[0])
