@@ -100,8 +100,8 @@ class ModelConfig:
     sequence grows: without it a model dilutes on longer inputs than trained."""
     input_injection: bool = False
     """Add the embedded input (tokens and positions) to every block's input, not only the
-    first's (McLeish et al. 2024: with Abacus positions it halves length-generalisation
-    errors)."""
+    first's (McLeish et al. 2024 report fewer length-generalisation errors with Abacus
+    positions; measured here in search_spaces/abacus_length.yaml's header)."""
     init_std: float = 0.02
     """Standard deviation of the normal initialisation (GPT-2)."""
 
