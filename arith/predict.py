@@ -77,6 +77,21 @@ def download_from_mlflow(source: str, tracking_uri: str | None, into: Path) -> P
     return Path(local)
 
 
+def unfamiliar(task, operands: list[int]) -> str | None:
+    """Why a well-formed prompt lies outside what the model trained on (operands longer than
+    its digits, or shorter than the only length it saw), or None. Its answer is still given:
+    probing outside training is the point of length generalisation; the note says so."""
+    if task.name not in ("addition", "multiplication", "multi_op"):
+        return None
+    k = task.n_digits
+    lengths = [len(str(abs(int(x)))) for x in operands]
+    if max(lengths) > k:
+        return f"operands longer than the {k} digits it trained on"
+    if task.operand_lengths == "fixed" and k > 1 and min(lengths) < k:
+        return f"it trained on {k}-digit operands only (task.operand_lengths: fixed)"
+    return None
+
+
 def prompt_ids(fmt, prompt: str) -> list[int]:
     """The prompt's tokens as training wrote them; one line and exit 2 for anything that is not
     a problem of the model's task in its format."""
@@ -114,8 +129,13 @@ def main(argv: list[str] | None = None) -> int:
             source = download_from_mlflow(source, args.tracking_uri, Path(tmp))
         model, fmt = load_model(source)
     prompts = args.prompts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
-    # every prompt checked before any answer is printed
-    for prompt, ids in [(prompt, prompt_ids(fmt, prompt)) for prompt in prompts]:
+    # every prompt checked before any answer (or note) is printed
+    checked = [(prompt, prompt_ids(fmt, prompt)) for prompt in prompts]
+    for prompt, _ in checked:
+        why = unfamiliar(fmt.task, fmt.parse_prompt(prompt)[0])
+        if why:
+            print(f"note: prompt {prompt!r}: {why}; its answer may be wrong", file=sys.stderr)
+    for prompt, ids in checked:
         # a learned position table ends at the context length the model was trained with
         room = model.max_seq_len - len(ids)
         if model.cfg.position == "learned" and room < 1:

@@ -52,6 +52,13 @@ def test_predict_completes_prompts_from_arguments_and_stdin(tmp_path):
     result = run("-m", "arith.predict", str(tmp_path), "1234 + 5678 =", "1 + 2 =")
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 2
+    # answered, with a note: seed 000 trains on 4-digit operands only
+    assert result.stderr.strip() == (
+        "note: prompt '1 + 2 =': it trained on 4-digit operands only "
+        "(task.operand_lengths: fixed); its answer may be wrong"
+    )
+    longer = run("-m", "arith.predict", str(tmp_path), "12345 + 1 =")
+    assert longer.returncode == 0 and "longer than the 4 digits it trained on" in longer.stderr
     piped = run("-m", "arith.predict", str(tmp_path / "checkpoint.pt"), stdin="1234 + 5678 =\n")
     assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 1
     bad = run("-m", "arith.predict", str(tmp_path), "12#4 + 1 =")
