@@ -34,16 +34,19 @@ class OptimConfig:
     """Clip the global gradient norm to this; ``None`` disables clipping."""
 
     def __post_init__(self) -> None:
-        require(self.lr > 0, "optim.lr", f"must be > 0, but got {self.lr}")
+        # finite: a spec's .inf passes "> 0" and trains nothing but NaN
+        require(0 < self.lr < math.inf, "optim.lr", f"must be > 0 and finite, but got {self.lr}")
         require(
             len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
             "optim.betas",
             f"expected two numbers in [0, 1), but got {list(self.betas)}",
         )
         require(
-            self.weight_decay >= 0, "optim.weight_decay", f"must be >= 0, got {self.weight_decay}"
+            0 <= self.weight_decay < math.inf,
+            "optim.weight_decay",
+            f"must be >= 0 and finite, got {self.weight_decay}",
         )
-        require(self.eps > 0, "optim.eps", f"must be > 0, but got {self.eps}")
+        require(0 < self.eps < math.inf, "optim.eps", f"must be > 0 and finite, but got {self.eps}")
         require(
             self.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0, got {self.warmup_steps}"
         )
