@@ -92,16 +92,16 @@ def unfamiliar(task, operands: list[int]) -> str | None:
     return None
 
 
-def prompt_ids(fmt, prompt: str) -> list[int]:
-    """The prompt's tokens as training wrote them; one line and exit 2 for anything that is not
-    a problem of the model's task in its format."""
+def prompt_ids(fmt, prompt: str) -> tuple[list[int], str | None]:
+    """The prompt's tokens as training wrote them, and why it lies outside training (or None);
+    one line and exit 2 for anything that is not a problem of the model's task in its format."""
     try:
         operands, op = fmt.parse_prompt(prompt)
         problem = from_ints(fmt.task, [operands], [op])
     except ValueError as err:
         fail(f"prompt {prompt!r}: {err}")
     encoded = fmt.encode(problem)
-    return encoded.tokens[0, : encoded.prompt_len[0]].tolist()
+    return encoded.tokens[0, : encoded.prompt_len[0]].tolist(), unfamiliar(fmt.task, operands)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,12 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         model, fmt = load_model(source)
     prompts = args.prompts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     # every prompt checked before any answer (or note) is printed
-    checked = [(prompt, prompt_ids(fmt, prompt)) for prompt in prompts]
-    for prompt, _ in checked:
-        why = unfamiliar(fmt.task, fmt.parse_prompt(prompt)[0])
+    checked = [(prompt, *prompt_ids(fmt, prompt)) for prompt in prompts]
+    for prompt, _, why in checked:
         if why:
             print(f"note: prompt {prompt!r}: {why}; its answer may be wrong", file=sys.stderr)
-    for prompt, ids in checked:
+    for prompt, ids, _ in checked:
         # a learned position table ends at the context length the model was trained with
         room = model.max_seq_len - len(ids)
         if model.cfg.position == "learned" and room < 1:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -92,14 +91,12 @@ def repair(experiment_dir: Path, seed: int | None = None) -> dict[str, str]:
         else:
             done = "restarted (no checkpoint left)"
         manager._latest_checkpoint_result = replacement
-        metadata["checkpoint_manager"] = {"_type": _FALLBACK, "value": _pickle(manager)}
+        metadata["checkpoint_manager"] = {"_type": _FALLBACK, "value": _pickle_hex(manager)}
         pair[1] = json.dumps(metadata, indent=2)
         gone = Path(latest.checkpoint.path).name
         changed[f"trial {trial['trial_id']}"] = f"{gone} is gone: {done}"
     if [k for k in changed if k.startswith("trial ")]:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state), encoding="utf-8")
-        os.replace(tmp, path)
+        _write_atomic(path, json.dumps(state).encode("utf-8"))
     return changed
 
 
@@ -151,7 +148,7 @@ def align_searcher(
             continue
         searcher["_live_trials"] = live
         searcher["_finished"] = False  # the generator says so again when it runs out
-        _write_pickle(files[0], searcher)
+        _write_atomic(files[0], _pickle(searcher))
         return (
             f"the trial generator had made {made} trials and counted "
             f"{len(newest['_live_trials'])} live; set to the trial list's {len(ours)} "
@@ -224,11 +221,10 @@ def _replay(iterator, n: int) -> list[tuple[str, dict[str, Any]]]:
     return made
 
 
-def _write_pickle(path: Path, value: Any) -> None:
-    import cloudpickle
-
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(cloudpickle.dumps(value))
+def _write_atomic(path: Path, data: bytes) -> None:
+    """``data`` as ``path`` in one rename: a kill leaves the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.tmp")  # a dot: never matched by Tune's file patterns
+    tmp.write_bytes(data)
     os.replace(tmp, path)
 
 
@@ -238,9 +234,7 @@ def _finish_sync(experiment_dir: Path, path: Path) -> bool:
     atomically: a driver killed during the copy leaves some files cut short or older than the
     others. The staging folder outlives the kill; when its snapshot is complete and the copy
     differs, copy it again. True if it did."""
-    ray_tmp = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir())) / "ray"
-    pattern = f"session_*/artifacts/*/{experiment_dir.name}/driver_artifacts/{path.name}"
-    staged = sorted(ray_tmp.glob(pattern), key=lambda p: p.stat().st_mtime)
+    staged = staged_copies(experiment_dir, path.name)
     if not staged:
         return False
     staging = staged[-1].parent
@@ -256,10 +250,16 @@ def _finish_sync(experiment_dir: Path, path: Path) -> bool:
         or (experiment_dir / f.name).read_bytes() != f.read_bytes()
     ]
     for f in differs:
-        tmp = experiment_dir / f"{f.name}.tmp"
-        shutil.copyfile(f, tmp)
-        os.replace(tmp, experiment_dir / f.name)
+        _write_atomic(experiment_dir / f.name, f.read_bytes())
     return bool(differs)
+
+
+def staged_copies(experiment_dir: Path, name: str) -> list[Path]:
+    """The copies of snapshot file ``name`` in the drivers' staging folders under Ray's session
+    folders, oldest first."""
+    ray_tmp = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir())) / "ray"
+    pattern = f"session_*/artifacts/*/{experiment_dir.name}/driver_artifacts/{name}"
+    return sorted(ray_tmp.glob(pattern), key=lambda p: p.stat().st_mtime)
 
 
 def _complete(path: str) -> bool:
@@ -304,7 +304,11 @@ def _unpickle(data: bytes):
     return cloudpickle.loads(data)
 
 
-def _pickle(value) -> str:
+def _pickle_hex(value) -> str:
+    return _pickle(value).hex()
+
+
+def _pickle(value) -> bytes:
     import cloudpickle
 
-    return cloudpickle.dumps(value).hex()
+    return cloudpickle.dumps(value)

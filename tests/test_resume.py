@@ -10,12 +10,10 @@ of an uninterrupted run of the same configs and seeds.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -224,7 +222,7 @@ def test_resume_when_the_trial_generator_is_ahead_of_the_trial_list(tmp_path):
     trial never runs and, still counted live, holds one of the two concurrent slots for good
     (the CI run where a chaos sweep lost a trial, and one where a resumed sweep hung). The
     resume sets the generator back to the list: every trial runs, each in its one child run."""
-    from sweeps.snapshot import newest_snapshot, repair
+    from sweeps.snapshot import newest_snapshot, repair, staged_copies
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
@@ -254,9 +252,7 @@ def test_resume_when_the_trial_generator_is_ahead_of_the_trial_list(tmp_path):
         pair for pair in state["trial_data"] if json.loads(pair[0])["trial_id"] != dropped
     ]
     # and in the driver's staging folder, which the repair copies back from (sweeps.snapshot)
-    ray_tmp = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir())) / "ray"
-    staged = ray_tmp.glob(f"session_*/artifacts/*/smoke/driver_artifacts/{path.name}")
-    for copy in [path, *staged]:
+    for copy in [path, *staged_copies(experiment_dir, path.name)]:
         copy.write_text(json.dumps(state), encoding="utf-8")
 
     proc = start_sweep(tmp_path, uri, SETS, resume=True, log="run1")
