@@ -46,12 +46,16 @@ def load_model(path: str | Path) -> tuple[GPT, object]:
 
 def with_member_axis(weights: dict, expected: dict) -> dict:
     """Weights saved before packed trials (no leading member axis) as a pack of one, so models
-    logged by earlier sweeps still load; current weights pass through."""
+    logged by earlier sweeps still load; current weights pass through. Those models also saved
+    a tied output head as ``lm_head.weight`` (the same tensor as ``wte.weight``); the packed
+    model reads ``wte`` directly, so that alias is dropped."""
+    tied_alias = "lm_head.weight" not in expected
     return {
         key: value.unsqueeze(0)
         if key in expected and expected[key].shape == (1, *value.shape)
         else value
         for key, value in weights.items()
+        if not (tied_alias and key == "lm_head.weight")
     }
 
 

@@ -82,6 +82,8 @@ def test_a_model_saved_before_packed_trials_still_answers(tmp_path):
     old.mkdir()
     payload = torch.load(tmp_path / "model.pt", map_location="cpu", weights_only=True)
     payload["model"] = {k: v.squeeze(0) for k, v in payload["model"].items()}
+    # and they saved the tied output head under its own name, as the same tensor as wte
+    payload["model"]["lm_head.weight"] = payload["model"]["wte.weight"]
     torch.save(payload, old / "model.pt")
     prompts = ("1234 + 5678 =", "99 + 1 =")
     new_answers = run("-m", "arith.predict", str(tmp_path), *prompts)
