@@ -16,6 +16,11 @@ import pandas as pd
 
 Frames = dict[str, pd.DataFrame]
 
+RISE_TOLERANCE = 0.01
+"""A size ladder still "rises" through a rung this far below the one before, so that a point
+between neighbouring rungs of a single-seed grid (width_vs_depth, 2026-11-24: 32 x 2 at
+93.8 %, the larger 64 x 1 at 93.0 %) does not read as a fall; the report says so."""
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -66,11 +71,14 @@ def _size_ladder(frames: Frames, bar: float, near: int | None, seed_figure: floa
     out = [
         f"Best cell: {_pct(best)} test exact match (bar >= {_pct(bar)}: {_verdict(best >= bar)})."
     ]
-    rises = bool((cells["mean"].diff().dropna() >= -0.01).all())
+    rises = bool((cells["mean"].diff().dropna() >= -RISE_TOLERANCE).all())
     ladder = ", ".join(
         f"{int(n):,} -> {_pct(m)}" for n, m in zip(cells.n_params, cells["mean"], strict=True)
     )
-    out.append(f"Along the parameter ladder ({ladder}) accuracy rises: {_verdict(rises)}.")
+    out.append(
+        f"Along the parameter ladder ({ladder}) accuracy rises, no rung more than "
+        f"{RISE_TOLERANCE * 100:.0f} point below the one before: {_verdict(rises)}."
+    )
     if near is not None and len(cells):
         row = cells.iloc[int((cells.n_params - near).abs().argmin())]
         out.append(
