@@ -81,14 +81,14 @@ def download_from_mlflow(source: str, tracking_uri: str | None, into: Path) -> P
     return Path(local)
 
 
-def unfamiliar(task, operands: list[int]) -> str | None:
-    """Why a well-formed prompt lies outside what the model trained on (operands longer than
-    its digits, or shorter than the only length it saw), or None. Its answer is still given:
-    probing outside training is the point of length generalisation; the note says so."""
+def unfamiliar(task, lengths: list[int]) -> str | None:
+    """Why a well-formed prompt, whose operands have ``lengths`` digits, lies outside what the
+    model trained on (operands longer than its digits, or shorter than the only length it saw),
+    or None. Its answer is still given: probing outside training is the point of length
+    generalisation; the note says so."""
     if task.name not in ("addition", "multiplication", "multi_op"):
         return None
     k = task.n_digits
-    lengths = [len(str(abs(int(x)))) for x in operands]
     if max(lengths) > k:
         return f"operands longer than the {k} digits it trained on"
     if task.operand_lengths == "fixed" and k > 1 and min(lengths) < k:
@@ -105,7 +105,8 @@ def prompt_ids(fmt, prompt: str) -> tuple[list[int], str | None]:
     except ValueError as err:
         fail(f"prompt {prompt!r}: {err}")
     encoded = fmt.encode(problem)
-    return encoded.tokens[0, : encoded.prompt_len[0]].tolist(), unfamiliar(fmt.task, operands)
+    why = unfamiliar(fmt.task, problem.operand_len[0].tolist())
+    return encoded.tokens[0, : encoded.prompt_len[0]].tolist(), why
 
 
 def main(argv: list[str] | None = None) -> int:
