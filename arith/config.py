@@ -42,9 +42,9 @@ class RunConfig:
     def __post_init__(self) -> None:
         fmt, task, pos = self.format.name, self.task.name, self.model.position
         require(
-            not (pos == "abacus" and fmt == "base100"),
+            not (pos in ("abacus", "abacus_bias") and fmt == "base100"),
             "model.position",
-            "abacus counts single digits, so it cannot be used with format.name=base100; "
+            f"{pos} counts single digits, so it cannot be used with format.name=base100; "
             "use learned, rope or none",
         )
         require(

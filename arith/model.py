@@ -11,6 +11,10 @@ Position encodings:
 - ``abacus``: each digit gets the embedding of its index within its number, counted from the
   number's first token; training adds a random offset so indices up to ``abacus_max_k`` are
   seen (McLeish et al. 2024, "Transformers Can Do Arithmetic with the Right Embeddings").
+- ``abacus_bias``: the same digit index, read by attention instead of added to the input: each
+  head adds a learned bias for the difference between the query's and the key's index (T5's
+  relative bias, Raffel et al. 2020, over digit indices rather than token positions), clipped
+  at ``abacus_bias_reach`` so longer numbers meet no difference training did not.
 - ``none``: no position signal besides the causal mask (NoPE).
 """
 
@@ -42,6 +46,8 @@ class KVCache:
     values: list[Tensor | None] = field(default_factory=list)
     digit_run: Tensor | None = None
     """Index of the last token within its run of digits (B,), for Abacus positions."""
+    rows: Tensor | None = None
+    """Digit index of every token so far (B, length), for ``abacus_bias``."""
 
     def write(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the new tokens' keys and values; the filled part of the buffers, new included."""
@@ -88,12 +94,14 @@ class ModelConfig:
     """Share the token embedding with the output projection (GPT-2)."""
     bias: bool = True
     """Biases in linear layers and LayerNorms."""
-    position: Literal["learned", "rope", "abacus", "none"] = "learned"
+    position: Literal["learned", "rope", "abacus", "abacus_bias", "none"] = "learned"
     """How the model knows where a token is."""
     rope_theta: float = 10000.0
     """RoPE base; seed 002 uses 100 for its short sequences."""
     abacus_max_k: int = 100
     """Largest digit index the Abacus table holds; training offsets indices up to it."""
+    abacus_bias_reach: int = 4
+    """``abacus_bias``: index differences beyond this many share the bias of the farthest."""
     log_length_attention: bool = False
     """Scale each query's attention logits by log(number of keys it sees) (Chiang & Cholak
     2022; Nakanishi 2025, "Scalable-Softmax"), so attention to one key does not fade as the
@@ -126,6 +134,11 @@ class ModelConfig:
         require(self.rope_theta > 0, "model.rope_theta", f"must be > 0, got {self.rope_theta}")
         require(
             self.abacus_max_k >= 1, "model.abacus_max_k", f"must be >= 1, got {self.abacus_max_k}"
+        )
+        require(
+            self.abacus_bias_reach >= 1,
+            "model.abacus_bias_reach",
+            f"must be >= 1, got {self.abacus_bias_reach}",
         )
 
     @property
@@ -235,6 +248,10 @@ class CausalSelfAttention(nn.Module):
         self.cfg = cfg
         self.qkv = MemberLinear(members, cfg.d_model, 3 * cfg.d_model, cfg.bias)
         self.proj = MemberLinear(members, cfg.d_model, cfg.d_model, cfg.bias)
+        if cfg.position == "abacus_bias":  # a bias per head and clipped index difference, (M,
+            # heads x differences): 2-D like other biases, so weight decay leaves it alone
+            n_buckets = 2 * cfg.abacus_bias_reach + 1
+            self.row_bias = nn.Parameter(torch.zeros(members, cfg.n_head * n_buckets))
 
     def forward(
         self,
@@ -244,6 +261,7 @@ class CausalSelfAttention(nn.Module):
         layer: int,
         T: int,
         dropout: tuple[float, ...],
+        buckets: Tensor | None = None,
     ) -> Tensor:
         M, N, C = x.shape  # members, rows x tokens, channels
         B = M * N // T  # members folded into the batch: attention never mixes rows
@@ -260,8 +278,11 @@ class CausalSelfAttention(nn.Module):
             q = q * n_keys.log()[:, None]
         k, v = cache.write(layer, k, v)
         rates = dropout if self.training else (0.0,)
+        bias = None if buckets is None else self._row_bias(buckets, t_past, q.dtype)
         if len(set(rates)) > 1:  # members with different rates: SDPA takes one rate
-            y = _attention_by_hand(q, k, v, t_past, rates)
+            y = _attention_by_hand(q, k, v, t_past, rates, bias)
+        elif bias is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=rates[0])
         elif t_past == 0:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=rates[0], is_causal=True)
         elif T == 1:  # one new token attends to everything before it
@@ -272,14 +293,29 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(M, N, C)
         return member_dropout(self.proj(y), dropout, self.training)
 
+    def _row_bias(self, buckets: Tensor, t_past: int, dtype: torch.dtype) -> Tensor:
+        """Additive attention mask (B, heads, T, keys): each member's bias for the clipped
+        index difference of query and key, -inf where the causal mask forbids."""
+        B, T, S = buckets.shape
+        M = self.row_bias.shape[0]
+        table = self.row_bias.view(M, self.cfg.n_head, -1).repeat_interleave(B // M, dim=0)
+        index = buckets.view(B, 1, T * S).expand(B, table.shape[1], T * S)
+        bias = table.gather(2, index).view(B, -1, T, S)
+        causal = _causal_mask(T, t_past, buckets.device)
+        return bias.masked_fill(~causal, float("-inf")).to(dtype)
+
 
 def _attention_by_hand(
-    q: Tensor, k: Tensor, v: Tensor, t_past: int, rates: tuple[float, ...]
+    q: Tensor, k: Tensor, v: Tensor, t_past: int, rates: tuple[float, ...], bias: Tensor | None
 ) -> Tensor:
-    """Causal attention after a cached prefix, with each member's dropout rate on its weights."""
-    mask = _causal_mask(q.shape[2], t_past, q.device)
+    """Causal attention after a cached prefix, with each member's dropout rate on its weights;
+    ``bias`` (B, heads, T, keys), if given, already holds the causal mask."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    if bias is None:
+        mask = _causal_mask(q.shape[2], t_past, q.device)
+        weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    else:
+        weights = (scores + bias).softmax(dim=-1)
     return member_dropout(weights, rates, training=True) @ v
 
 
@@ -318,8 +354,8 @@ class Block(nn.Module):
         self.ln_2 = MemberLayerNorm(members, cfg.d_model, cfg.bias)
         self.mlp = MLP(cfg, members)
 
-    def forward(self, x, rope, cache: KVCache, layer: int, T: int, dropout: tuple[float, ...]):
-        x = x + self.attn(self.ln_1(x), rope, cache, layer, T, dropout)
+    def forward(self, x, rope, cache: KVCache, layer: int, T: int, dropout, buckets=None):
+        x = x + self.attn(self.ln_1(x), rope, cache, layer, T, dropout, buckets)
         return x + self.mlp(self.ln_2(x), dropout)
 
 
@@ -430,12 +466,18 @@ class GPT(nn.Module):
         elif self.cfg.position == "abacus":
             index = abacus_rows(run, abacus_offset)
             x = x + self.abacus(index.clamp(max=self.cfg.abacus_max_k).view(M, B // M, T))
+        buckets = None
+        if self.cfg.position == "abacus_bias":
+            rows = run if cache.rows is None else torch.cat([cache.rows, run], dim=1)
+            cache.rows = rows
+            reach = self.cfg.abacus_bias_reach
+            buckets = (run[:, :, None] - rows[:, None, :]).clamp(-reach, reach) + reach
         x = member_dropout(x, self.dropout_rates, self.training).view(M, B // M * T, C)
         embedded = x
         for layer, block in enumerate(self.blocks):
             if layer > 0 and self.cfg.input_injection:
                 x = x + embedded
-            x = block(x, rope, cache, layer, T, self.dropout_rates)
+            x = block(x, rope, cache, layer, T, self.dropout_rates, buckets)
         cache.length += T
         cache.digit_run = run[:, -1]
         x = self.ln_f(x)
