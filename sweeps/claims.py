@@ -173,7 +173,14 @@ def _abacus(frames: Frames) -> list[str]:
         out.append(f"{row['model.position']}: {_pct(row['mean'])} on longer operands.")
     by = dict(zip(cells.get("model.position", []), cells["mean"], strict=False))
     if "abacus" in by:
-        out.append(f"Abacus reaches >= 90 % on longer operands: {_verdict(by['abacus'] >= 0.9)}.")
+        verdict = _verdict(by["abacus"] >= 0.9)
+        out.append(f"Abacus embeddings (the paper's) reach >= 90 % on longer operands: {verdict}.")
+    if "abacus_bias" in by:
+        verdict = _verdict(by["abacus_bias"] >= 0.9)
+        out.append(
+            "The Abacus index as an attention bias (abacus_bias) reaches >= 90 % on longer "
+            f"operands: {verdict}."
+        )
     if "learned" in by:
         out.append(f"Learned positions stay near 0 (< 5 %): {_verdict(by['learned'] < 0.05)}.")
     return out

@@ -13,11 +13,12 @@ from arith.model import (
     _digit_run_index,
     abacus_rows,
     flops_per_token,
+    index_buckets,
     member_dropout,
     n_params,
 )
 
-POSITIONS = ["learned", "rope", "abacus", "none"]
+POSITIONS = ["learned", "rope", "abacus", "abacus_bias", "none"]
 
 
 def tiny(position: str, **kw) -> GPT:
@@ -78,6 +79,43 @@ def test_equals_sits_one_abacus_row_below_the_ones_digits_at_every_offset():
         assert rows[0] - rows[6] == rows[3] - rows[6] == 1
 
 
+def _reversed_sum_indices(n_digits: int) -> torch.Tensor:
+    """Digit indices of a reversed n + n digit sum with its n + 1 digit answer, "=" between."""
+    digits = [True] * n_digits + [False] + [True] * n_digits + [False] + [True] * (n_digits + 1)
+    return _digit_run_index(torch.tensor([digits]), torch.tensor([0]))
+
+
+def test_abacus_bias_meets_no_new_index_difference_on_longer_operands():
+    # Why rotary angles on the Abacus index failed past the trained length while abacus_bias
+    # did not (search_spaces/abacus_length.yaml): unclipped, 12-digit sums bring index
+    # differences 8-digit training never had; clipped at the reach, they bring none.
+    def seen(n_digits: int, reach: int) -> set[int]:
+        run = _reversed_sum_indices(n_digits)
+        return set(index_buckets(run, run, reach).unique().tolist())
+
+    assert seen(12, 4) == seen(8, 4) == set(range(9))
+    assert seen(12, 100) > seen(8, 100)  # what rotary angles on the index would see
+
+
+def test_abacus_bias_finds_the_ones_digits_from_equals_at_any_length():
+    # one head whose only preference is a bias for keys one index above the query: "=" (index
+    # 0) then reads the two ones digits, whatever the operands' length
+    cfg = ModelConfig(n_layer=1, d_model=2, n_head=1, bias=False, position="abacus_bias")
+    attn = CausalSelfAttention(cfg, members=1)
+    with torch.no_grad():
+        attn.qkv.weight.zero_()
+        attn.qkv.weight[0, 4:].copy_(torch.eye(2))  # q = k = 0, v = x
+        attn.proj.weight[0].copy_(torch.eye(2))
+        attn.row_bias.zero_()
+        attn.row_bias[0, cfg.abacus_bias_reach - 1] = 30.0  # query index - key index = -1
+    for n_digits in (3, 8, 12):
+        run = _reversed_sum_indices(n_digits)[:, : 2 * n_digits + 2]  # up to "="
+        x = torch.stack([run == 1, run != 1], dim=-1).float()  # feature 0: a ones digit
+        buckets = index_buckets(run, run, cfg.abacus_bias_reach)
+        y = attn(x, None, KVCache(), 0, run.shape[1], (0.0,), buckets)
+        assert y[0, -1, 0].item() == pytest.approx(1.0, abs=1e-6)
+
+
 @pytest.mark.parametrize("position", POSITIONS)
 def test_a_stacked_pack_computes_what_each_member_computes(position):
     torch.manual_seed(0)
@@ -90,10 +128,11 @@ def test_a_stacked_pack_computes_what_each_member_computes(position):
         torch.testing.assert_close(pack.member(i)(idx[:2])[0], m(idx[:2])[0])
 
 
-def test_each_member_of_a_pack_drops_out_at_its_own_rate():
+@pytest.mark.parametrize("position", ["learned", "abacus_bias"])
+def test_each_member_of_a_pack_drops_out_at_its_own_rate(position):
     torch.manual_seed(0)
     rates = [0.0, 0.5, 0.2]
-    models = [tiny("learned", dropout=rate) for rate in rates]
+    models = [tiny(position, dropout=rate) for rate in rates]
     pack = GPT.stack(models).train()
     assert pack.member(1).cfg.dropout == 0.5
     idx = torch.randint(0, 16, (3 * 64, 10))

@@ -58,7 +58,7 @@ def assert_same_curves(packed: list[dict], alone: list[dict]) -> None:
                 assert p[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), key
 
 
-@pytest.mark.parametrize("position", ["learned", "abacus"])
+@pytest.mark.parametrize("position", ["learned", "abacus", "abacus_bias"])
 def test_a_pack_matches_each_member_trained_alone(position):
     configs = [tiny(*m, f"model.position={position}") for m in MEMBERS]
     summaries, reports = run_pack(configs)
