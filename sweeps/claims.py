@@ -295,6 +295,7 @@ CLAIMS: dict[str, Claim] = {
             "(McLeish et al. 2024: up to 99 % at 100 digits after 20); the notebook's learned "
             "positions score 0 % on 21-30 digits.",
             _abacus,
+            plot="exact_match_by_length",
         ),
         Claim(
             "addition_k4",

@@ -6,6 +6,7 @@ that draws many of them keeps no global figure registry alive and needs no displ
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import matplotlib
@@ -38,6 +39,8 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 # Line styles cycled with colour, so flat curves lying on top of each other stay apart.
 LINE_STYLES = ("-", "--", ":", "-.")
 BUDGET = "train.flops_budget"
+# Per-length exact match of the in-distribution and the longer-than-trained sets.
+LENGTH_COLUMN = re.compile(r"^(test|longer)/exact_match/len_(\d+)$")
 
 
 def _is_fraction(metric: str) -> bool:
@@ -322,6 +325,38 @@ def training_curves(
     return fig
 
 
+def exact_match_by_length(trials: pd.DataFrame) -> Figure:
+    """Exact match against operand length, the trained lengths (test set) and the longer ones
+    on one axis, a line per configuration (the mean over seeds, each seed faint beside it), a
+    dashed line after the longest trained length: the length-generalisation plot."""
+    columns = {int(m[2]): c for c in trials.columns if (m := LENGTH_COLUMN.match(c))}
+    lengths = sorted(columns)
+    trained = [n for n in lengths if columns[n].startswith("test/")]
+    keys = _config_axes(trials)
+    groups = trials.groupby(keys, dropna=False) if keys else [("all", trials)]
+    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+    ax = fig.subplots()
+    colours = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.85, max(len(groups), 1)))
+    for i, (colour, (key, part)) in enumerate(zip(colours, groups, strict=False)):
+        values = part[[columns[n] for n in lengths]].astype(float).to_numpy()
+        label = " ".join(format_key(k) for k in key) if isinstance(key, tuple) else format_key(key)
+        ax.plot(lengths, values.mean(0), color=colour, marker=MARKERS[i % len(MARKERS)], lw=1.6,
+                ls=LINE_STYLES[i % len(LINE_STYLES)], label=f"{label} (n={len(part)})")  # fmt: skip
+        for trial in values:  # each seed faintly: a mean of 0.97 and 0.01 is not a 0.5 model
+            ax.plot(lengths, trial, color=colour, lw=0.8, alpha=0.35)
+    if trained and max(trained) < max(lengths):
+        ax.axvline(max(trained) + 0.5, color="grey", ls="--", lw=1)
+        ax.text(max(trained) + 0.6, 0.62, "longer than trained", color="grey", fontsize="small")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xticks(lengths)
+    ax.set_xlabel("operand digits")
+    ax.set_ylabel("exact match")
+    ax.grid(True, alpha=0.3)
+    ax.legend(title=" x ".join(_short(k) for k in keys) or None, fontsize="small", loc=(0.02, 0.1))
+    ax.set_title(f"exact match by operand length ({len(trials)} trials)")
+    return fig
+
+
 def trial_labels(trials: pd.DataFrame) -> dict[str, str]:
     """Short legend labels from the varied axes: ``t0003 d_model=64 n_layer=2 seed=1``."""
     axes = varied_axes(trials)
@@ -342,7 +377,8 @@ def plots_for(
     """The plots this sweep supports, by file stem: heatmaps only where both axes vary; the
     metric against parameters over the cells of the first selected table (with its fit where
     it fits the metric against n_params); ``fit_<table>`` for every other fitted table; an
-    isoFLOP plot where ``train.flops_budget`` varies."""
+    isoFLOP plot where ``train.flops_budget`` varies; exact match by operand length where the
+    trials have a longer-than-trained set."""
     if metric is None or "exact_match" not in metric:
         metric = primary_metric(trials)
     fits = fits or {}
@@ -365,6 +401,8 @@ def plots_for(
         figures["batch_size_x_lr"] = batch_lr_heatmap(trials, metric)
     if BUDGET in axes and "n_params" in trials.columns:
         figures["isoflop"] = isoflop(trials)
+    if any(c.startswith("longer/") and LENGTH_COLUMN.match(c) for c in trials.columns):
+        figures["exact_match_by_length"] = exact_match_by_length(trials)
     if len(curves):
         figures["training_curves"] = training_curves(curves, labels=trial_labels(trials))
     return figures

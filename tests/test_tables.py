@@ -305,3 +305,32 @@ def test_training_curves_legend_below_and_line_styles_apart():
     styles = {line.get_linestyle() for line in figure.axes[0].get_lines()}
     assert len(styles) == 4  # four flat lines on top of each other, each its own style
     assert figure.legends and figure.legends[0]._loc == 8  # lower center, outside the axes
+
+
+def test_exact_match_by_length_puts_trained_and_longer_lengths_on_one_axis(tmp_path):
+    rows = []
+    for position, longer in (("learned", 0.0), ("abacus_bias", 1.0)):
+        for seed, test in ((0, 0.97), (1, 0.01)):
+            row = {"trial_id": f"{position}-{seed}", "model.position": position,
+                   "train.seed": seed, "n_params": 1000, METRIC: test}  # fmt: skip
+            row |= {f"test/exact_match/len_{n}": test for n in (1, 2, 3)}
+            row |= {f"longer/exact_match/len_{n}": longer for n in (4, 5)}
+            rows.append(row)
+    trials = pd.DataFrame(rows)
+    figures = plots.plots_for(trials, pd.DataFrame(columns=["trial_id", "metric", "step", "value"]))
+    assert "exact_match_by_length" in figures
+    assert "exact_match_by_length" not in plots.plots_for(
+        trials.filter(regex="^(?!longer/)"), pd.DataFrame(columns=["trial_id", "metric", "step"])
+    )
+    ax = figures["exact_match_by_length"].axes[0]
+    means = {
+        line.get_label().split(" ")[0]: line
+        for line in ax.get_lines()
+        if line.get_marker() != "None"
+    }
+    assert list(means["learned"].get_xdata()) == [1, 2, 3, 4, 5]
+    assert list(means["learned"].get_ydata()) == pytest.approx([0.49] * 3 + [0.0] * 2)
+    assert list(means["abacus_bias"].get_ydata()[3:]) == [1.0, 1.0]
+    faint = [line for line in ax.get_lines() if line.get_alpha() == 0.35]
+    assert len(faint) == 4  # each seed beside its mean
+    figures["exact_match_by_length"].savefig(tmp_path / "length.png")
