@@ -146,6 +146,11 @@ class ModelConfig:
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
 
     @property
+    def abacus_bias_buckets(self) -> int:
+        """Biases per head for ``abacus_bias``: one per clipped difference, -reach..reach."""
+        return 2 * self.abacus_bias_reach + 1
+
+    @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
@@ -155,7 +160,7 @@ def n_params(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> dict[str, i
     d, h, b = cfg.d_model, cfg.hidden, int(cfg.bias)
     attn = d * 3 * d + 3 * d * b + d * d + d * b
     if cfg.position == "abacus_bias":
-        attn += cfg.n_head * (2 * cfg.abacus_bias_reach + 1)
+        attn += cfg.n_head * cfg.abacus_bias_buckets
     mlp = d * h + h * b + h * d + d * b
     norms = 2 * (d + d * b)
     per_layer = attn + mlp + norms
@@ -260,8 +265,8 @@ class CausalSelfAttention(nn.Module):
         self.proj = MemberLinear(members, cfg.d_model, cfg.d_model, cfg.bias)
         if cfg.position == "abacus_bias":  # a bias per head and clipped index difference, (M,
             # heads x differences): 2-D like other biases, so weight decay leaves it alone
-            n_buckets = 2 * cfg.abacus_bias_reach + 1
-            self.row_bias = nn.Parameter(torch.zeros(members, cfg.n_head * n_buckets))
+            n_biases = cfg.n_head * cfg.abacus_bias_buckets
+            self.row_bias = nn.Parameter(torch.zeros(members, n_biases))
 
     def forward(
         self,
