@@ -29,6 +29,7 @@ from sweeps.tables import (
     build_table,
     default_table_specs,
     describe,
+    pooled_axes,
     status_note,
     summarise,
     to_markdown,
@@ -266,8 +267,17 @@ def render_tables(
             note = status_note(trials, spec)
             if note:  # diverged or errored trials are in the cells; say which they are
                 body += "\n\n" + "  \n".join(f"_{line}_" for line in note.splitlines())
-        sections.append(f"## {spec.name}\n\n{describe(spec)}\n\n{body}\n")
+        caption = describe(spec, _pooled(trials, spec))
+        sections.append(f"## {spec.name}\n\n{caption}\n\n{body}\n")
     return "\n".join(sections)
+
+
+def _pooled(trials: pd.DataFrame, spec: TableSpec) -> list[str]:
+    """The axes a table's cells pool; none when the trials cannot fill the table."""
+    try:
+        return pooled_axes(trials, spec)
+    except ValueError:  # a missing column: the table says so itself
+        return []
 
 
 def write_outputs(

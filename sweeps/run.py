@@ -189,6 +189,7 @@ def run_sweep(
     start = time.perf_counter()
     # Before Ray starts: a store that cannot be reached, or nothing to resume, is one line.
     try:
+        check_tracking_uri(tracking_uri)
         resuming.preflight(tracking_uri)
         if resume:
             parent_id = resuming.parent_to_resume(spec, out_dir, tracking_uri, storage=storage)
@@ -242,6 +243,17 @@ def run_sweep(
     finally:
         if started_ray:
             ray.shutdown()  # on a cluster we connected to: disconnects, the cluster stays
+
+
+def check_tracking_uri(uri: str) -> None:
+    """The stores a sweep logs to: an MLflow server or a SQLite file (an ``mlruns`` folder or a
+    ``file:`` URI would fail after Ray started, in a traceback)."""
+    from sweeps.resume import SweepError, is_http
+
+    if not (is_http(uri) or uri.startswith("sqlite:///")):
+        raise SweepError(
+            f"--tracking-uri: expected http(s)://HOST:PORT or sqlite:///PATH.db, but got {uri!r}"
+        )
 
 
 def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, float]) -> int:
@@ -320,6 +332,7 @@ def _log_key_figures(
     from mlflow.entities import Metric, Param, RunTag
 
     from sweeps import ui
+    from sweeps.tables import is_held_out
 
     s, client, parent_id = spec.sweep, tracker.client, tracker.parent_run_id
     params = []
@@ -333,14 +346,19 @@ def _log_key_figures(
         metrics.append(Metric(f"trials/{str(status).lower()}", float(count), now, 0))
     tags = []
     if best is not None:
+        # The selection metric and, beside it, the held-out figures of the trial it chose.
         metrics.append(Metric(f"best/{s.metric}", float(best[s.metric]), now, 0))
+        for key, value in held_out_figures(best).items():
+            metrics.append(Metric(f"best/{key}", value, now, 0))
         tags += [RunTag("sweep.best_trial", str(best["trial_id"]))]
         tags += [RunTag("sweep.best_run_id", str(best["run_id"]))]
+        tags += [RunTag("sweep.best_chosen_on", f"{s.metric} ({s.mode})")]
     existing = client.get_run(parent_id).data.params  # a resumed sweep logged them already
     params = [p for p in params if p.key not in existing]
     client.log_batch(parent_id, metrics=metrics, params=params, tags=tags)
     experiment_id = client.get_run(parent_id).info.experiment_id
-    state = ui.view_state(parent_id, axes, s.metric, s.mode)
+    held_out = [c for c in trials.columns if is_held_out(c) and c.endswith("/exact_match")]
+    state = ui.view_state(parent_id, axes, s.metric, s.mode, columns=sorted(held_out))
     name = client.get_run(parent_id).info.run_name or s.name
     ui.save_view(client, experiment_id, parent_id, f"sweep {name}", state)
     uri = tracker.tracking_uri
@@ -348,14 +366,58 @@ def _log_key_figures(
     return ui.ui_address(base, experiment_id, parent_id)
 
 
+# Breaks a tie on the sweep metric (several trials reach 1.000 on validation at small sizes):
+# the lower validation loss, then the earlier trial.
+TIE_BREAK = "val/loss"
+
+
 def best_trial(trials, metric: str, mode: str) -> dict[str, Any] | None:
-    """The trials row with the best ``metric`` (a dict), or None when no trial has it."""
+    """The trials row (a dict) the sweep chooses: the best ``metric`` (a validation or training
+    metric, sweeps.spec), ties going to the lower ``val/loss`` where reported, then to the
+    first trial by id; None when no trial has the metric. The one place a best trial is
+    picked: the printed summary, the parent run and its tags all show this one."""
+    import pandas as pd
+
     if metric not in trials.columns or trials.empty:
         return None
-    values = trials[metric].astype(float)
-    if values.isna().all():
+    keys = {"_score": pd.to_numeric(trials[metric], errors="coerce")}
+    if mode == "max":
+        keys["_score"] = -keys["_score"]
+    if TIE_BREAK in trials.columns and metric != TIE_BREAK:
+        keys["_tie"] = pd.to_numeric(trials[TIE_BREAK], errors="coerce")
+    if "trial_id" in trials.columns:
+        keys["_order"] = trials["trial_id"].astype(str)
+    ranked = trials.assign(**keys).dropna(subset=["_score"])
+    if ranked.empty:
         return None
-    return trials.loc[values.idxmax() if mode == "max" else values.idxmin()].to_dict()
+    ranked = ranked.sort_values(list(keys), kind="stable", na_position="last")
+    return ranked.iloc[0].drop(list(keys)).to_dict()
+
+
+def held_out_figures(best: dict[str, Any]) -> dict[str, float]:
+    """The held-out sets' metrics of the chosen trial (``test/exact_match``, ``ood/...``):
+    reported at the choice made on validation, never chosen on."""
+    from sweeps.tables import is_held_out
+
+    return {
+        key: float(value)
+        for key, value in best.items()
+        # value == value: not NaN, which a trial that did not report the metric has
+        if isinstance(key, str) and is_held_out(key) and _is_number(value) and value == value
+    }
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _chosen_text(metric: str, best: dict[str, Any]) -> str:
+    """``chosen on val/exact_match 1; test/exact_match 0.998, ood/exact_match 0.4``."""
+    headline = {k: v for k, v in held_out_figures(best).items() if k.endswith("/exact_match")}
+    text = f"chosen on {metric} {float(best[metric]):.4g}"
+    if headline:
+        text += "; " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(headline.items()))
+    return text
 
 
 def _best_lines(
@@ -380,7 +442,7 @@ def _best_lines(
     command += ["--tracking-uri", uri, example]
     return "\n".join(
         [
-            f"best trial:     {spec.name}-{best['trial_id']} ({metric} {best[metric]:.4g}"
+            f"best trial:     {spec.name}-{best['trial_id']} ({_chosen_text(metric, best)}"
             + (f"; {swept}" if swept else "")
             + f"), run {best['run_id']}",
             f"ask its model:  {shlex.join(command)}",
@@ -526,7 +588,7 @@ def _quiet_logs() -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     # Result files come from JsonLoggerCallback alone (no CSV or TensorBoard files per trial).
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    # The sweep metric may be reported only at the end (test/*); validation already ensured
+    # The sweep metric may be reported only at the end (best/*); validation already ensured
     # that whatever decides on intermediate results (ASHA, Optuna) uses a per-eval metric.
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")

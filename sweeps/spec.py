@@ -5,7 +5,7 @@ A spec is checked completely before anything starts (no Ray, no MLflow run), and
 one line naming its dotted path and the bad value, e.g.
 ``space.model.d_model: expected a non-empty list of values, but got []``::
 
-    sweep: {name: width_vs_depth, metric: test/exact_match, mode: max, search: grid}
+    sweep: {name: width_vs_depth, metric: val/exact_match, mode: max, search: grid}
     base: {task: {name: addition, n_digits: 3}, train: {max_steps: 500}}
     space: {model.d_model: [64, 128], model.n_layer: [2, 4]}
     derived: {optim.lr: "1e-3 * sqrt(train.batch_size / 32)"}
@@ -14,11 +14,11 @@ one line naming its dotted path and the bad value, e.g.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import UnionType
 from typing import Any, Literal
 
 import yaml
@@ -89,38 +89,6 @@ class SweepSettings:
     # stacked model in one Tune trial (sweeps.packing); each is still its own trial in MLflow.
     # "auto": as many as fit the trial's memory (sweeps.packing.auto_pack_size).
     pack: int | Literal["auto"] = 1
-
-
-@dataclass(frozen=True)
-class SelectBlock:
-    """A table's ``select:`` as written; converted to ``sweeps.tables.Selection``."""
-
-    over: tuple[str, ...]
-    by: str
-    mode: str | None = None  # min | max, checked by Selection
-
-
-@dataclass(frozen=True)
-class FitBlock:
-    """A table's ``fit:`` as written; converted to ``sweeps.fits.FitSpec``."""
-
-    x: str
-    y: str
-    law: str = "power"  # checked by FitSpec
-    per: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class TableBlock:
-    """One ``table:`` entry as written; converted to ``sweeps.tables.TableSpec``."""
-
-    name: str = "table"
-    rows: tuple[str, ...] = ()
-    columns: tuple[str, ...] = ()
-    values: tuple[str, ...] = ("test/exact_match",)
-    aggregate: Literal["mean_std", "mean", "max", "min", "median"] = "mean_std"
-    select: SelectBlock | None = None
-    fit: FitBlock | None = None
 
 
 @dataclass(frozen=True)
@@ -223,6 +191,8 @@ def _parse(raw: dict[str, Any]) -> SweepSpec:
     derived = _mapping(raw, "derived")
     derived = {k: parse_derived(f"derived.{k}", k, v, paths) for k, v in derived.items()}
     _check_overlap(space, derived, sweep)
+    _check_sampled_types(space)
+    _check_repeats(space, derived, sweep)
     tables = _parse_tables(raw.get("table"), paths)
     spec = SweepSpec(sweep, base, space, derived, tables, raw)
     from sweeps.space import validation_points
@@ -242,6 +212,7 @@ def _check_settings(s: SweepSettings) -> None:
     require(
         bool(_NAME.match(s.name)), "sweep.name", f"expected [A-Za-z0-9_.-]+, but got {s.name!r}"
     )
+    _check_selection_metric(s)
     require(s.num_samples >= 1, "sweep.num_samples", f"must be >= 1, but got {s.num_samples}")
     require(s.max_failures >= 0, "sweep.max_failures", f"must be >= 0, but got {s.max_failures}")
     require(
@@ -296,6 +267,68 @@ def _check_settings(s: SweepSettings) -> None:
         )
 
 
+def _check_selection_metric(s: SweepSettings) -> None:
+    """``sweep.metric`` chooses the best trial (and drives Optuna and ASHA): a validation or
+    training metric, in the direction its name says is better."""
+    from sweeps.tables import held_out_message, is_held_out, metric_direction
+
+    require(not is_held_out(s.metric), "sweep.metric", held_out_message(s.metric))
+    better = metric_direction(s.metric)
+    lower = "lower" if better == "min" else "higher"
+    require(
+        better is None or s.mode == better,
+        "sweep.mode",
+        f"{s.mode!r} would pick the worst {s.metric}, which is better when {lower}; use {better}",
+    )
+
+
+def _check_sampled_types(space: dict[str, Dimension]) -> None:
+    """uniform and loguniform draw floats: on an integer field every trial would fail after
+    Ray started (``expected int, but got 37.3``)."""
+    from arith.config import RunConfig
+
+    for key, dim in space.items():
+        if dim.kind not in ("uniform", "loguniform"):
+            continue
+        accepted = _field_types(RunConfig, key)
+        require(
+            float in accepted,
+            f"space.{key}.{dim.kind}",
+            f"draws floats, but {key} takes {' or '.join(_type_name(t) for t in accepted)}; "
+            "use {randint: [lo, hi]} or a list of values",
+        )
+
+
+def _field_types(cls: type, path: str) -> tuple[type, ...]:
+    """The types a dotted config field accepts (``int | None`` -> (int, NoneType))."""
+    import typing
+
+    tp: Any = cls
+    for name in path.split("."):
+        tp = typing.get_type_hints(tp)[name]
+    return typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, UnionType) else (tp,)
+
+
+def _type_name(tp: Any) -> str:
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _check_repeats(space: dict[str, Dimension], derived: dict, s: SweepSettings) -> None:
+    """Grid repeats (``num_samples > 1``) redraw only sampled axes: with none, and no seed
+    axis, every repeat trains the same seed and a table's spread "over seeds" would be zero."""
+    if s.search != "grid" or s.num_samples == 1 or s.seeds is not None:
+        return
+    sampled = any(not dim.is_grid for dim in space.values())
+    seeded = "train.seed" in derived or any("train.seed" in d.paths for d in space.values())
+    require(
+        sampled or seeded,
+        "sweep.num_samples",
+        f"{s.num_samples} repeats of a grid with no sampled axis train one seed "
+        f"{s.num_samples} times; use sweep.seeds: {list(range(s.num_samples))} "
+        "(or a train.seed axis in space) and num_samples: 1",
+    )
+
+
 def _check_overlap(space: dict, derived: dict, sweep: SweepSettings) -> None:
     searched: set[str] = set()
     for key, dim in space.items():
@@ -312,58 +345,35 @@ def _check_overlap(space: dict, derived: dict, sweep: SweepSettings) -> None:
         )
 
 
-TABLE_FIELDS = ("name", "rows", "columns", "values", "aggregate")
-
-
 def _parse_tables(value: Any, paths: set[str]) -> tuple[Any, ...]:
-    from sweeps.fits import FitSpec
-    from sweeps.tables import Selection, TableSpec
+    """The ``table:`` block through its one parser (sweeps.tables), then the checks that need
+    the run config: every key a table groups or selects by is a config path or a summary
+    column."""
+    from sweeps.tables import table_specs_from_block
 
-    if value is None:
-        return ()
-    items = value if isinstance(value, list) else [value]
-    tables = []
-    for i, item in enumerate(items):
+    try:
+        tables = table_specs_from_block(value)
+    except ValueError as err:
+        where, _, message = str(err).partition(": ")
+        raise SpecError(where, message) from None
+    for i, table in enumerate(tables):
         where = f"table[{i}]" if isinstance(value, list) else "table"
-        block = dataconf.from_dict(TableBlock, item, where)
-        for key in ("rows", "columns"):
-            for j, path in enumerate(getattr(block, key)):
+        keys = {"rows": table.rows, "columns": table.columns}
+        keys["select.over"] = table.select.over if table.select is not None else ()
+        for key, names in keys.items():
+            for j, path in enumerate(names):
                 require(
                     path in paths or path in SUMMARY_KEYS,
                     f"{where}.{key}[{j}]",
                     f"expected a config path or a summary column, but got {path!r}",
                 )
-        require(len(block.values) > 0, f"{where}.values", "expected at least one metric")
-        select = block.select
-        if select is not None:
-            for j, path in enumerate(select.over):
-                require(
-                    path in paths or path in SUMMARY_KEYS,
-                    f"{where}.select.over[{j}]",
-                    f"expected a config path or a summary column, but got {path!r}",
-                )
-            try:
-                select = Selection(select.over, select.by, select.mode)
-                table = TableSpec(*(getattr(block, k) for k in TABLE_FIELDS), select)
-            except ValueError as err:
-                key, _, message = str(err).removeprefix("select.").partition(": ")
-                raise SpecError(f"{where}.select.{key}", message) from None
-        else:
-            table = TableSpec(*(getattr(block, k) for k in TABLE_FIELDS))
-        if block.fit is not None:
-            require(
-                block.fit.x in paths or block.fit.x in SUMMARY_KEYS,
-                f"{where}.fit.x",
-                f"expected a config path or a summary column (n_params, tokens, flops, ...), "
-                f"but got {block.fit.x!r}",
-            )
-            try:
-                fit = FitSpec(block.fit.x, block.fit.y, block.fit.law, block.fit.per)
-                table = dataclasses.replace(table, fit=fit)
-            except ValueError as err:
-                key, _, message = str(err).removeprefix("fit.").partition(": ")
-                raise SpecError(f"{where}.fit.{key}", message) from None
-        tables.append(table)
+        x = table.fit.x if table.fit is not None else None
+        require(
+            x is None or x in paths or x in SUMMARY_KEYS,
+            f"{where}.fit.x",
+            f"expected a config path or a summary column (n_params, tokens, flops, ...), "
+            f"but got {x!r}",
+        )
     return tuple(tables)
 
 

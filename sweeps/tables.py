@@ -37,6 +37,10 @@ ALL_LABEL = "all"
 _SPEC_KEYS = ("name", "rows", "columns", "values", "aggregate", "select", "fit")
 _SELECT_KEYS = ("over", "by", "mode")
 MODES = ("min", "max")
+# Sets reported once, at the end, and never chosen on: a trial selected on one of them would
+# make its figure the maximum of noise, not a held-out estimate. Whole namespaces ("longer/"),
+# so a validation set such as longer_val/ stays selectable.
+HELD_OUT_PREFIXES = ("test/", "ood/", "longer/", "edge/", "carry/")
 # The stat under which a selected cell's chosen ``over`` value is kept (not one of STATS).
 CHOSEN = "chosen"
 # With a ``convergence`` column in the trials: how many of a cell's trials still improved.
@@ -62,18 +66,41 @@ class Selection:
             raise ValueError("over: must name at least one key, but got []")
         if not isinstance(self.by, str) or not self.by:
             raise ValueError(f"by: expected a metric name, but got {self.by!r}")
-        if self.by.startswith("test/"):
-            raise ValueError(
-                f"by: {self.by!r} is a test metric; select on validation (e.g. val/exact_match) "
-                "so that test stays a held-out report"
-            )
+        if is_held_out(self.by):
+            raise ValueError(f"by: {held_out_message(self.by)}")
         if self.mode is not None and self.mode not in MODES:
             raise ValueError(f"mode: must be min or max, but got {self.mode!r}")
 
     @property
     def direction(self) -> str:
         """``min`` or ``max``: the given mode, else from the metric's name."""
-        return self.mode or ("min" if "loss" in self.by else "max")
+        return self.mode or metric_direction(self.by) or "max"
+
+
+def is_held_out(metric: str) -> bool:
+    """Whether ``metric`` belongs to a held-out set (HELD_OUT_PREFIXES), never selected on."""
+    return metric.startswith(HELD_OUT_PREFIXES)
+
+
+def held_out_message(metric: str) -> str:
+    """Why a held-out metric cannot select, and the validation metric to use instead."""
+    name = metric.split("/", 1)[1]
+    return (
+        f"{metric!r} is a held-out metric; select on validation (e.g. 'val/{name}') and the "
+        "held-out sets are reported for the trial chosen there"
+    )
+
+
+def metric_direction(metric: str) -> str | None:
+    """The better direction a metric's name implies: ``min`` for a loss, an error or a number
+    of steps to a target, ``max`` for exact match or accuracy, None when the name does not
+    say (``val/exact_match/len_5``: max)."""
+    name = metric.split("/", 1)[-1]
+    if any(word in name for word in ("loss", "error", "steps_to")):
+        return "min"
+    if "exact_match" in name or "accuracy" in name:
+        return "max"
+    return None
 
 
 @dataclass(frozen=True)
@@ -127,7 +154,10 @@ class TableSpec:
 
 
 def table_specs_from_block(block: object) -> list[TableSpec]:
-    """The ``table:`` block of a search-space file (one mapping, a list of them, or None)."""
+    """The ``table:`` block of a search-space file (one mapping, a list of them, or None): the
+    one parser of it (``sweeps.spec`` adds the checks that need the run config). An unnamed
+    table is ``table``, ``table_2``, ...; names must be unique, as each names a
+    ``table_<name>.csv``. Errors are ValueErrors whose text is ``<dotted path>: <message>``."""
     if block is None:
         return []
     if isinstance(block, Mapping):
@@ -140,10 +170,14 @@ def table_specs_from_block(block: object) -> list[TableSpec]:
         _spec_from_mapping(item, path, i)
         for i, (item, path) in enumerate(zip(items, paths, strict=True))
     ]
-    names = [spec.name for spec in specs]
-    for name in names:
-        if names.count(name) > 1:
-            raise ValueError(f"table: names must be unique, but {name!r} appears twice")
+    first: dict[str, str] = {}
+    for spec, path in zip(specs, paths, strict=True):
+        if spec.name in first:
+            raise ValueError(
+                f"{path}.name: {spec.name!r} already names {first[spec.name]}; table names must "
+                "be unique (each names a table_<name>.csv)"
+            )
+        first[spec.name] = path
     return specs
 
 
@@ -194,8 +228,6 @@ def _selection_from_mapping(item: object, path: str) -> Selection | None:
 
 
 def _string_list(value: object, path: str) -> list[str]:
-    if isinstance(value, str):
-        value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"{path}: expected a list of names, but got {value!r}")
     return value
@@ -501,22 +533,44 @@ def status_note(trials: pd.DataFrame, spec: TableSpec | None = None) -> str:
     return "\n".join(lines)
 
 
-def describe(spec: TableSpec) -> str:
-    """A one-line caption: what the cells hold and over what."""
+def pooled_axes(trials: pd.DataFrame, spec: TableSpec) -> list[str]:
+    """Config columns other than ``train.seed`` that take several values inside one cell of
+    the table (after selection): a cell's spread is then over them too, not over seeds alone.
+    A value derived from a row key (the lr of a batch size) is constant in a cell: not pooled."""
+    if trials.empty:
+        return []
+    chosen = select_trials(trials, spec)
+    keys = [*spec.rows, *spec.columns]
+    candidates = [a for a in varied_axes(chosen) if a not in keys and a != "train.seed"]
+    if not keys or not candidates:
+        return candidates
+    per_cell = chosen.groupby([chosen[k] for k in keys], dropna=False)[candidates]
+    counts = per_cell.nunique(dropna=False).max()
+    return [a for a in candidates if counts[a] > 1]
+
+
+def describe(spec: TableSpec, pooled: Sequence[str] = ()) -> str:
+    """A one-line caption: what the cells hold and over what (``pooled``: ``pooled_axes``)."""
+    over = "seeds, repeats" + (f" and {', '.join(pooled)}" if pooled else "")
     how = {
-        "mean_std": "mean ± std over trials with equal keys (seeds, repeats)",
-        "mean": "mean over trials with equal keys",
-    }.get(spec.aggregate, f"{spec.aggregate} over trials with equal keys")
+        "mean_std": f"mean ± std over trials with equal keys ({over})",
+        "mean": f"mean over trials with equal keys ({over})",
+    }.get(spec.aggregate, f"{spec.aggregate} over trials with equal keys ({over})")
     parts = [f"{', '.join(spec.values)}: {how}"]
     if spec.rows:
         parts.append(f"rows: {', '.join(spec.rows)}")
     if spec.columns:
         parts.append(f"columns: {', '.join(spec.columns)}")
+    if pooled:
+        parts.append(
+            f"pooled in each cell (varied, but not a row, column or select.over key): "
+            f"{', '.join(pooled)}"
+        )
     sel = spec.select
     if sel is not None:
         parts.append(
-            f"per cell, the {', '.join(sel.over)} with the best mean {sel.by} over seeds "
-            f"({sel.direction}) is selected and shown; selection is on validation, test is "
-            "reported at that choice and never selected on"
+            f"per cell, the {', '.join(sel.over)} with the best mean {sel.by} over its trials "
+            f"({sel.direction}) is selected and shown; selection is on validation, the held-out "
+            "sets are reported at that choice and never selected on"
         )
     return "; ".join(parts) + "."

@@ -31,8 +31,9 @@ def view_key(parent_run_id: str) -> str:
 def view_state(
     parent_run_id: str, axes: Sequence[str], metric: str, mode: str, columns: Sequence[str] = ()
 ) -> str:
-    """The view's state: the sweep's trials (children of its parent run), best first, with the
-    swept axes, then the metric, as columns."""
+    """The view's state: the sweep's trials (children of its parent run), best first on the
+    selection metric, with the swept axes, then the metric, then ``columns`` (the held-out
+    sets' figures, reported beside the choice) as columns."""
     selected = [f"params.`{a}`" for a in axes] + [f"metrics.`{metric}`"]
     selected += [f"metrics.`{c}`" for c in columns if c != metric]
     state = {

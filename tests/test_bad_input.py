@@ -64,7 +64,8 @@ def _children() -> set[int]:
     return found
 
 
-def assert_refused(argv: list[str], workdir: Path, kind: str) -> None:
+def assert_refused(argv: list[str], workdir: Path, kind: str) -> str:
+    """Checks the refusal; returns its one line."""
     import ray
 
     code, stderr = call_main(argv)
@@ -75,6 +76,7 @@ def assert_refused(argv: list[str], workdir: Path, kind: str) -> None:
     assert "Traceback" not in stderr
     assert not ray.is_initialized()
     assert not [name for name in LEFT_BEHIND if (workdir / name).exists()], argv
+    return lines[0]
 
 
 def write_spec(workdir: Path, data: bytes | str) -> str:
@@ -135,14 +137,20 @@ MAPPINGS = [(), *sorted({path[:i] for path in LEAVES for i in range(1, len(path)
 # Values that break a field for sure: a wrong type, or outside its bounds.
 BREAKERS = {
     ("sweep", "name"): ["", "a b", "../x", 3],
-    ("sweep", "metric"): ["val/nope", 1, ["val/exact_match"]],
-    ("sweep", "mode"): ["maximum", 1, None],
+    ("sweep", "metric"): ["val/nope", 1, ["val/exact_match"], "test/exact_match", "ood/loss"],
+    ("sweep", "mode"): ["maximum", 1, None, "min"],
     ("sweep", "search"): ["bayes", 0],
     ("sweep", "max_concurrent"): [0, -1, "two", -(10**400)],
     ("sweep", "max_failures"): [-1, "x", 1.5, float("inf")],
     ("sweep", "resources", "cpu"): [-1, "one", float("nan")],
     ("sweep", "resources", "gpu"): [-0.5, "all"],
-    ("space", "model.d_model"): [[], {"uniform": [2, 1]}, {"loguniform": [0, 1]}, "16"],
+    ("space", "model.d_model"): [
+        [],
+        {"uniform": [2, 1]},
+        {"loguniform": [0, 1]},
+        "16",
+        {"uniform": [16, 64]},
+    ],
     ("space", "train.seed"): [{"randint": [5, 5]}, {"choice": []}, {"normal": [0, 1]}],
     ("table", "rows"): [["model.nope"], "model.d_model", [1]],
     ("table", "values"): [[], ["val/nope"]],
@@ -296,6 +304,45 @@ def test_bad_command_lines_are_one_line(args, spec, workdir):
     if not (unknown_flag or bad_spec):
         argv.append("--frobnicate")
     assert_refused(argv, workdir, "bad command line")
+
+
+# ---- mistakes that used to pass validation and fail after Ray started (issue 19) ----
+
+
+def _without_seed_axis() -> dict:
+    import copy
+
+    spec = copy.deepcopy(VALID)
+    del spec["space"]["train.seed"]
+    spec["sweep"]["num_samples"] = 3
+    return spec
+
+
+def _two_tables_named(name: str) -> dict:
+    table = {"name": name, "rows": ["model.d_model"], "values": ["val/exact_match"]}
+    return {**VALID, "table": [table, {**table, "values": ["n_params"]}]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "args", "starts"),
+    [
+        (None, ["--set", "sweep.metric=test/exact_match"], "sweep.metric: 'test/exact_match'"),
+        (None, ["--set", "sweep.metric=longer/exact_match"], "sweep.metric: 'longer/"),
+        (None, ["--set", "sweep.mode=min"], "sweep.mode: 'min'"),
+        (None, ["--set", "space.model.d_model={uniform: [16, 64]}"], "space.model.d_model."),
+        (_two_tables_named("a"), [], "table[1].name: 'a' already names table[0]"),
+        (_without_seed_axis(), [], "sweep.num_samples: 3 repeats"),
+        (None, ["--tracking-uri", "file:///nowhere/mlruns"], "--tracking-uri: expected"),
+        (None, ["--tracking-uri", "mlruns"], "--tracking-uri: expected"),
+    ],
+    ids=["test-metric", "longer-metric", "mode", "uniform-int", "table-names", "repeats",
+         "file-uri", "folder-uri"],
+)  # fmt: skip
+def test_mistakes_found_late_before_are_refused_before_anything_starts(spec, args, starts, workdir):
+    path = write_spec(workdir, yaml.safe_dump(spec)) if spec is not None else str(SMOKE)
+    out = str(workdir / "results")
+    line = assert_refused([path, "--out", out, *args], workdir, "late mistake")
+    assert line.startswith(f"error: {starts}"), line
 
 
 # ---- the real command, a handful of times ----

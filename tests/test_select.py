@@ -106,7 +106,9 @@ def test_without_row_keys_selects_over_everything():
 @pytest.mark.parametrize(
     ("select", "message"),
     [
-        ({"over": ["optim.lr"], "by": TEST}, r"^table\.select\.by: 'test/exact_match' is a test"),
+        ({"over": ["optim.lr"], "by": TEST}, r"^table\.select\.by: 'test/exact_match' is a held"),
+        ({"over": ["optim.lr"], "by": "ood/loss"}, r"^table\.select\.by: 'ood/loss' is a held"),
+        ({"over": ["optim.lr"], "by": "longer/exact_match"}, r"^table\.select\.by: .*held"),
         ({"over": [], "by": VAL}, r"^table\.select\.over: must name at least one key"),
         ({"over": ["optim.lr"]}, r"^table\.select\.by: missing"),
         ({"over": ["optim.lr"], "by": VAL, "mode": "up"}, r"^table\.select\.mode: .*'up'"),
@@ -125,3 +127,74 @@ def test_missing_select_column_is_a_value_error():
     spec = TableSpec(rows=("model.d_model",), values=(TEST,), select=Selection(("x.y",), VAL))
     with pytest.raises(ValueError, match=r"no column 'x\.y'"):
         build_table(_trials(), spec)
+
+
+# ---- the sweep's best trial (issue 19): one place picks it, on validation, ties broken ----
+
+
+def _ranked(val, loss, ids=None) -> pd.DataFrame:
+    n = len(val)
+    return pd.DataFrame(
+        {
+            "trial_id": ids or [f"t_{i:05d}" for i in range(n)],
+            "run_id": [f"r{i}" for i in range(n)],
+            "model.d_model": [16 * (i + 1) for i in range(n)],
+            VAL: val,
+            "val/loss": loss,
+            TEST: [0.9 + 0.01 * i for i in range(n)],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("val", "loss", "ids", "expected"),
+    [
+        ([0.9, 1.0, 1.0], [0.3, 0.2, 0.1], None, "t_00002"),  # tie on val: lower val/loss
+        ([1.0, 1.0, 0.5], [0.1, 0.1, 0.0], ["t_00009", "t_00003", "t_00001"], "t_00003"),
+        ([1.0, 1.0], [float("nan"), 0.2], None, "t_00001"),  # a reported loss beats none
+        ([float("nan"), 0.4, 0.4], [0.0, 0.5, 0.5], None, "t_00001"),  # NaN never chosen
+    ],
+)
+def test_best_trial_breaks_ties_on_val_loss_then_trial_order(val, loss, ids, expected):
+    from sweeps.run import best_trial
+
+    assert best_trial(_ranked(val, loss, ids), VAL, "max")["trial_id"] == expected
+
+
+def test_best_trial_on_a_loss_takes_the_lowest_and_ties_go_to_the_first_trial():
+    from sweeps.run import best_trial
+
+    trials = _ranked([0.5, 0.9, 0.9], [0.2, 0.1, 0.1], ["t_00002", "t_00001", "t_00000"])
+    assert best_trial(trials, "val/loss", "min")["trial_id"] == "t_00000"
+    assert best_trial(trials.assign(**{VAL: float("nan")}), VAL, "max") is None
+
+
+def test_best_trial_line_says_it_was_chosen_on_validation(tmp_path):
+    from sweeps.run import _best_lines, best_trial
+    from sweeps.spec import parse_spec
+
+    raw = {"sweep": {"name": "s"}, "space": {"model.d_model": [16, 32]}}
+    trials = _ranked([0.9, 1.0, 1.0], [0.3, 0.2, 0.1]).assign(**{"ood/exact_match": 0.25})
+    best = best_trial(trials, VAL, "max")
+    first = _best_lines(parse_spec(raw), best, ["model.d_model"], "sqlite:///x.db", tmp_path)
+    assert first.splitlines()[0] == (
+        "best trial:     s-t_00002 (chosen on val/exact_match 1; ood/exact_match 0.25, "
+        "test/exact_match 0.92; model.d_model=48), run r2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("metric", "held_out"),
+    [
+        ("test/exact_match", True),
+        ("longer/exact_match/len_9", True),
+        ("carry/exact_match", True),
+        ("longer_val/exact_match", False),  # a validation set of longer operands
+        ("val/exact_match", False),
+        ("best/val/exact_match", False),
+    ],
+)
+def test_held_out_sets_are_whole_namespaces(metric, held_out):
+    from sweeps.tables import is_held_out
+
+    assert is_held_out(metric) is held_out

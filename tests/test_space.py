@@ -54,7 +54,10 @@ def test_dry_run_order_is_the_order_tune_numbers_its_trials():
 
 
 def test_num_samples_repeats_the_grid():
-    spec = make_spec({"model.d_model": [16, 32]}, num_samples=3)
+    # A repeat redraws the sampled lr (a grid without a sampled or seed axis is refused).
+    spec = make_spec(
+        {"model.d_model": [16, 32], "optim.lr": {"loguniform": [1e-4, 1e-2]}}, num_samples=3
+    )
     assert space.n_trials(spec) == 6
 
 

@@ -109,7 +109,7 @@ def test_base100_with_abacus_is_caught_at_a_grid_point():
 
 def test_asha_needs_a_metric_reported_at_every_evaluation():
     raw = with_change("sweep/scheduler", {"name": "asha"})
-    raw["sweep"]["metric"] = "test/exact_match"
+    raw["sweep"]["metric"] = "best/val/exact_match"  # reported once, at the end
     with pytest.raises(SpecError, match=r"^sweep\.metric: .*only measured at the end"):
         parse_spec(raw)
 
@@ -228,3 +228,95 @@ def test_dry_run_shows_each_trials_steps_from_a_flops_budget():
         (line,) = [x for x in lines if f"model.d_model={d_model} " in x]
         assert f"steps={steps[d_model]:,} " in line
     assert steps[16] > steps[32] > 1  # compute-matched: the smaller model trains longer
+
+
+# ---- the selection metric (issue 19): chosen on validation, in the direction it improves ----
+
+
+@pytest.mark.parametrize(
+    "metric", ["test/exact_match", "test/loss", "ood/exact_match", "edge/exact_match"]
+)
+@pytest.mark.parametrize(
+    "search", [{"search": "grid"}, {"search": "optuna"}, {"scheduler": {"name": "asha"}}]
+)
+def test_selecting_on_a_held_out_set_is_refused(metric, search):
+    raw = copy.deepcopy(GOOD)
+    raw["sweep"].update(metric=metric, mode="min" if "loss" in metric else "max", **search)
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw)
+    message = str(info.value)
+    assert message.startswith(f"sweep.metric: {metric!r} is a held-out metric"), message
+    assert f"'val/{metric.split('/', 1)[1]}'" in message
+
+
+@pytest.mark.parametrize(
+    ("metric", "mode", "better"),
+    [("val/loss", "max", "min"), ("val/exact_match", "min", "max"), ("train/loss", "max", "min")],
+)
+def test_mode_against_the_metrics_direction_is_refused(metric, mode, better):
+    raw = with_change("sweep/metric", metric)
+    raw["sweep"]["mode"] = mode
+    with pytest.raises(
+        SpecError, match=rf"^sweep\.mode: '{mode}' would pick the worst .*use {better}$"
+    ):
+        parse_spec(raw)
+    raw["sweep"]["mode"] = better
+    assert parse_spec(raw).sweep.mode == better
+
+
+@pytest.mark.parametrize("kind", ["uniform", "loguniform"])
+@pytest.mark.parametrize("path", ["model.d_model", "train.batch_size"])
+def test_float_draws_on_an_integer_field_are_refused(kind, path):
+    raw = with_change(f"space/{path}", {kind: [16, 64]})
+    with pytest.raises(SpecError, match=rf"^space\.{path}\.{kind}: draws floats, but .* int; use"):
+        parse_spec(raw)
+
+
+def test_float_draws_on_a_float_field_pass():
+    assert parse_spec(with_change("space/optim.lr", {"uniform": [1, 3]})).space["optim.lr"]
+
+
+def test_grid_repeats_without_a_seed_axis_are_refused():
+    raw = with_change("space/optim.lr", None)  # the grid alone: nothing a repeat would redraw
+    raw["sweep"]["num_samples"] = 3
+    with pytest.raises(
+        SpecError, match=r"^sweep\.num_samples: 3 repeats .* sweep\.seeds: \[0, 1, 2\]"
+    ):
+        parse_spec(raw)
+    raw["space"]["train.seed"] = [0, 1]
+    assert parse_spec(raw).sweep.num_samples == 3  # repeats of distinct seeds
+    assert parse_spec(with_change("sweep/num_samples", 3)).sweep.num_samples == 3  # lr redrawn
+
+
+def test_shipped_search_spaces_select_on_validation():
+    from sweeps.tables import is_held_out, metric_direction
+
+    for path in sorted((ROOT / "search_spaces").glob("*.yaml")):
+        sweep = load_spec(path).sweep
+        assert not is_held_out(sweep.metric), path
+        assert sweep.mode == metric_direction(sweep.metric), path
+
+
+def test_unnamed_tables_get_distinct_names_and_named_ones_must_differ():
+    raw = with_change("table", [{"rows": ["model.d_model"]}, {"values": ["n_params"]}])
+    assert [t.name for t in parse_spec(raw).tables] == ["table", "table_2"]
+    raw["table"] = [{"name": "a"}, {"name": "b"}, {"name": "a", "values": ["n_params"]}]
+    with pytest.raises(SpecError, match=r"^table\[2\]\.name: 'a' already names table\[0\]"):
+        parse_spec(raw)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"rows": "model.d_model"}, r"^table\.rows: expected a list of names"),
+        ({"rows": ["model.width"]}, r"^table\.rows\[0\]: expected a config path"),
+        ({"columns": ["model.width"]}, r"^table\.columns\[0\]: expected a config path"),
+        ({"fit": {"x": "model.width", "y": "test/loss"}}, r"^table\.fit\.x: expected a config"),
+        ({"select": {"over": ["x.y"], "by": "val/loss"}}, r"^table\.select\.over\[0\]: "),
+    ],
+)
+def test_table_block_errors_name_the_field(change, expected):
+    raw = copy.deepcopy(GOOD)
+    raw["table"] = {**raw["table"], **change}
+    with pytest.raises(SpecError, match=expected):
+        parse_spec(raw)

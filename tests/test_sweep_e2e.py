@@ -229,6 +229,12 @@ def test_parent_run_carries_the_sweep_and_the_ui_opens_on_it(sweep):
     top = pick(c.data.metrics[metric] for c in children)
     assert best.data.metrics[metric] == top
     assert parent.data.metrics[f"best/{metric}"] == top
+    # Chosen on validation; the held-out test figure is the chosen trial's, logged beside it.
+    held_out = best.data.metrics["test/exact_match"]
+    assert parent.data.metrics["best/test/exact_match"] == held_out
+    assert parent.data.tags["sweep.best_chosen_on"] == "val/loss (min)"
+    line = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("best trial:"))
+    assert f"(chosen on val/loss {top:.4g}; test/exact_match {held_out:.4g}; " in line
     experiment = client.get_experiment(parent.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     address = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("open the"))
@@ -238,8 +244,9 @@ def test_parent_run_carries_the_sweep_and_the_ui_opens_on_it(sweep):
     view = json.loads(envelope["state"])
     assert view["searchFilter"] == f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
     assert (view["orderByKey"], view["orderByAsc"]) == (f"metrics.`{metric}`", True)  # min
-    assert view["selectedColumns"][:3] == [
-        "params.`model.d_model`", "params.`train.seed`", f"metrics.`{metric}`"
+    assert view["selectedColumns"] == [
+        "params.`model.d_model`", "params.`train.seed`", f"metrics.`{metric}`",
+        "metrics.`test/exact_match`",
     ]  # fmt: skip
     assert "workflowType=machine_learning" in address
     assert f"/#/experiments/{parent.info.experiment_id}/runs?" in address  # the tab keeps the key

@@ -175,7 +175,7 @@ def test_varied_axes_and_defaults():
 
 
 def test_table_specs_from_block():
-    block = {"rows": "model.d_model", "columns": ["model.n_layer"], "values": [METRIC]}
+    block = {"rows": ["model.d_model"], "columns": ["model.n_layer"], "values": [METRIC]}
     (spec,) = table_specs_from_block(block)
     assert spec == TableSpec("table", ("model.d_model",), ("model.n_layer",), (METRIC,))
     specs = table_specs_from_block([{"rows": ["a.b"]}, {"values": ["x"], "aggregate": "max"}])
@@ -188,7 +188,8 @@ def test_table_specs_from_block():
     [
         ({"rows": ["a.b"], "colums": ["c.d"]}, r"^table\.colums: unknown key"),
         ({"aggregate": "avg"}, r"^table\.aggregate: must be one of .* but got 'avg'"),
-        ([{"name": "x"}, {"name": "x"}], r"names must be unique"),
+        ([{"name": "x"}, {"name": "x"}], r"^table\[1\]\.name: 'x' already names table\[0\]"),
+        ({"rows": "a.b"}, r"^table\.rows: expected a list of names, but got 'a\.b'"),
         ([{"rows": [1]}], r"^table\[0\]\.rows: expected a list of names"),
         ({"values": []}, r"^table\.values: must not be empty"),
         ({"rows": ["a.b"], "columns": ["a.b"]}, r"both a row and a column key"),
@@ -334,3 +335,46 @@ def test_exact_match_by_length_puts_trained_and_longer_lengths_on_one_axis(tmp_p
     faint = [line for line in ax.get_lines() if line.get_alpha() == 0.35]
     assert len(faint) == 4  # each seed beside its mean
     figures["exact_match_by_length"].savefig(tmp_path / "length.png")
+
+
+# ---- what a cell pools (issue 19): named in the caption, never passed off as seeds ----
+
+
+@pytest.mark.parametrize(
+    ("rows", "columns", "pooled"),
+    [
+        (("model.d_model", "model.n_layer"), (), []),  # cells differ only in seed
+        (("model.d_model",), (), ["model.n_layer"]),
+        ((), ("model.n_layer",), ["model.d_model"]),
+        ((), (), ["model.d_model", "model.n_layer"]),
+    ],
+)
+def test_pooled_axes_are_named_in_the_caption(rows, columns, pooled):
+    from sweeps.collect import render_tables
+    from sweeps.tables import describe, pooled_axes
+
+    trials = _trials()
+    # A value derived from the width is constant in a width's cells: not pooled by a width row.
+    trials["optim.lr"] = 1e-3 * 64 / trials["model.d_model"]
+    spec = TableSpec("t", rows=rows, columns=columns, values=(METRIC,))
+    expected = sorted(pooled + (["optim.lr"] if "model.d_model" not in rows + columns else []))
+    assert sorted(pooled_axes(trials, spec)) == expected
+    caption = render_tables(trials, [spec]).splitlines()[2]
+    assert caption == describe(spec, pooled_axes(trials, spec))
+    if expected:
+        assert "pooled in each cell (varied, but not a row, column or select.over key): " in caption
+        assert all(axis in caption.split("pooled in each cell")[1] for axis in expected)
+    else:
+        assert "pooled" not in caption and "(seeds, repeats)" in caption
+
+
+def test_a_selected_key_is_not_pooled():
+    from sweeps.tables import Selection, pooled_axes
+
+    trials = _trials().assign(**{"val/exact_match": lambda f: f[METRIC]})
+    spec = TableSpec(
+        rows=("model.d_model",),
+        values=(METRIC,),
+        select=Selection(("model.n_layer",), "val/exact_match"),
+    )
+    assert pooled_axes(trials, spec) == []

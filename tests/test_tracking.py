@@ -6,6 +6,7 @@ import functools
 import json
 import pickle
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mlflow import MlflowClient
 
@@ -340,3 +341,45 @@ def test_a_trial_that_errors_before_it_starts_still_gets_its_child_run(tmp_path)
     assert run.data.tags["sweep.error_file"] == "/x/error.txt"
     assert run.data.params["model.d_model"] == "16"
     assert run.data.metrics["n_params"] > 0  # sizes from the config (the fallback summary)
+
+
+def test_parent_run_carries_the_choice_on_validation_and_its_held_out_figures(tmp_path):
+    """Issue 19: the parent's best/<metric> is the validation figure the trial was chosen on;
+    its test and ood figures sit beside it (best/test/...), and the UI view sorts on validation
+    with the held-out column shown."""
+    import pandas as pd
+
+    from sweeps import ui
+    from sweeps.run import _log_key_figures, best_trial
+    from sweeps.spec import load_spec
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = make_tracker(uri)
+    tracker.start_parent("sweep: {name: tracking-test}\n")
+    spec = load_spec(Path(__file__).resolve().parents[1] / "search_spaces" / "smoke.yaml")
+    trials = pd.DataFrame(
+        {
+            "trial_id": ["t_00000", "t_00001", "t_00002"],
+            "run_id": ["r0", "r1", "r2"],
+            "status": ["TERMINATED"] * 3,
+            "model.d_model": [16, 32, 32],
+            "val/exact_match": [0.9, 1.0, 1.0],
+            "val/loss": [0.3, 0.2, 0.1],
+            "test/exact_match": [0.99, 0.95, 0.97],
+            "ood/exact_match": [0.1, 0.2, 0.3],
+        }
+    )
+    best = best_trial(trials, spec.sweep.metric, spec.sweep.mode)
+    _log_key_figures(spec, tracker, trials, ["model.d_model"], best)
+    client = MlflowClient(uri)
+    parent = client.get_run(tracker.parent_run_id)
+    assert parent.data.metrics["best/val/exact_match"] == 1.0
+    assert parent.data.metrics["best/test/exact_match"] == 0.97  # t_00002's, not test's max
+    assert parent.data.metrics["best/ood/exact_match"] == 0.3
+    assert parent.data.tags["sweep.best_trial"] == "t_00002"
+    assert parent.data.tags["sweep.best_chosen_on"] == "val/exact_match (max)"
+    experiment = client.get_experiment(parent.info.experiment_id)
+    envelope = json.loads(experiment.tags[ui.VIEW_TAG_PREFIX + ui.view_key(parent.info.run_id)])
+    state = json.loads(envelope["state"])
+    assert state["orderByKey"] == "metrics.`val/exact_match`" and not state["orderByAsc"]
+    assert "metrics.`test/exact_match`" in state["selectedColumns"]
