@@ -269,11 +269,6 @@ class _Member:
     running_loss: float = 0.0
     running_count: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
-    elapsed: float = 0.0
-    best_weights: dict[str, torch.Tensor] | None = None
-    """With early stopping on, the monitor's best weights so far, kept in memory (small)."""
-    best_step: int = 0
-    final_weights: str = "last"
 
 
 def _build_member(config: RunConfig, device: torch.device) -> tuple[_Member, model_lib.GPT]:
@@ -364,6 +359,7 @@ def train_pack(
         )
         for member, state in zip(members, states, strict=True):
             member.state, member.stop = state, state.stopped_reason or "max_steps"
+            member.metrics = dict(state.final_metrics or {})  # a member that stopped before
     elapsed_before = members[0].state.elapsed_before
     step = max(m.state.step for m in members)
     model.train()
@@ -482,32 +478,41 @@ def _evaluate_member(
     metrics.update(m.meter.pop())
     metrics.update(_evaluate(model, m.dataset, device, m.train_sample, final=last))
     metrics["time/elapsed_s"] = elapsed()
+    state = m.state
     if m.stop == "max_steps":
-        m.stop = m.state.update(metrics, step, tc) or m.stop
-        if tc.patience is not None and m.state.evals_without_improvement == 0:
-            m.best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            m.best_step = step
+        m.stop = state.update(metrics, step, tc) or m.stop
+        if tc.patience is not None and state.evals_without_improvement == 0:
+            state.best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            state.best_step = step
     if tc.time_budget_s and metrics["time/elapsed_s"] > tc.time_budget_s and m.stop == "max_steps":
         m.stop = "time_budget"
     if last or m.stop != "max_steps":
-        last_weights = None
-        if m.best_weights is not None and m.best_step != step:
-            last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            model.load_state_dict(m.best_weights)  # test what the monitor chose
-        m.final_weights = "best" if m.best_weights is not None else "last"
-        weights_step = m.best_step if m.best_weights is not None else step
-        metrics.update(_final_sets(model, m.dataset, device))
-        metrics["final_weights_step"] = weights_step
-        metrics["done"] = 1
-        if model_dir is not None:
-            ckpt.save_model(model_dir, m.config, model, m.final_weights, weights_step)
-        if last_weights is not None:  # the checkpoint stays the loop's true state
-            model.load_state_dict(last_weights)
-        m.best_weights = None  # a stopped member's copy is no longer needed
-        m.state.stopped_reason = m.stop
-        m.elapsed = elapsed()
-    m.state.step, m.state.last_report_step = step, step
+        _finish_member(m, model, step, device, model_dir)
+        metrics.update(m.metrics)
+        state.final_metrics = metrics
+        state.wall_time_s = elapsed()
+    state.step, state.last_report_step = step, step
     m.metrics = metrics
+
+
+def _finish_member(m: _Member, model, step: int, device, model_dir: Path | None) -> None:
+    """Measure the final sets on the member's chosen weights (the monitor's best with early
+    stopping, else the last) into ``m.metrics``, and save that model to ``model_dir``."""
+    state = m.state
+    last_weights = None
+    if state.best_weights is not None and state.best_step != step:
+        last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        model.load_state_dict(state.best_weights)  # test what the monitor chose
+    state.final_weights = "best" if state.best_weights is not None else "last"
+    weights_step = state.best_step if state.best_weights is not None else step
+    m.metrics = _final_sets(model, m.dataset, device)
+    m.metrics.update(final_weights_step=weights_step, done=1)
+    if model_dir is not None:
+        ckpt.save_model(model_dir, m.config, model, state.final_weights, weights_step)
+    if last_weights is not None:  # the checkpoint stays the loop's true state
+        model.load_state_dict(last_weights)
+    state.best_weights = None  # a stopped member's copy is no longer needed
+    state.stopped_reason = m.stop
 
 
 def _summary(m: _Member, counts: dict[str, int]) -> dict[str, Any]:
@@ -520,9 +525,9 @@ def _summary(m: _Member, counts: dict[str, int]) -> dict[str, Any]:
         steps=m.state.step,
         tokens=m.state.step * m.cost["tokens"],
         flops=m.state.step * m.cost["flops"],
-        wall_time_s=m.elapsed,
+        wall_time_s=m.state.wall_time_s,
         stopped_reason=m.stop,
-        final_weights=m.final_weights,  # "best" (monitor's choice, early stopping on) or "last"
+        final_weights=m.state.final_weights,  # "best" (the monitor's choice) or "last"
     )
     summary["best/" + tc.monitor] = m.state.best
     summary["train/steps_to_100pct"] = m.state.steps_to_100pct
