@@ -371,7 +371,7 @@ def train_pack(
         )
         for member, state in zip(members, states, strict=True):
             member.state, member.stop = state, state.stopped_reason or "max_steps"
-            member.metrics = dict(state.final_metrics or {})  # a member that stopped before
+            member.metrics = dict(state.final_metrics or {})  # a stopped member keeps its report
     elapsed_before = members[0].state.elapsed_before
     step = max(m.state.step for m in members)
     model.train()
