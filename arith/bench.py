@@ -8,8 +8,9 @@ Prints one markdown table per part, measured on whatever device is present:
   (``BatchSource.next_batch``), and one batch's time as a share of one training step of the
   ~1M-parameter model;
 - **train**: steps/s, tokens/s and model FLOPs utilisation of ``train()`` itself for a few
-  model sizes, from its own ``perf/*`` metrics (tokens = batch x sequence length, FLOPs per
-  token from :func:`arith.model.flops_per_token`);
+  model sizes, every step after warm-up timed from the end of the last warm-up step to the end
+  of the last step (tokens = batch x the format's longest sequence, as ``step_cost`` counts
+  them; FLOPs per token from :func:`arith.model.flops_per_token`);
 - **eval**: examples/s of batched greedy decoding (``predict_answers``) against one
   ``greedy_decode`` call per example, same model and problems.
 
@@ -34,7 +35,7 @@ from arith import config as config_lib
 from arith.cli import HelpFormatter, run_main
 from arith.data import BatchSource, build_dataset
 from arith.evaluate import greedy_decode, predict_answers
-from arith.trainer import build_model, pick_device, train
+from arith.trainer import build_model, pick_device, step_cost, train
 
 # The ~1M-parameter reference: seed 000's 4 layers x 128 on 4-digit plain addition.
 ADDITION_K4 = ["task.name=addition", "task.n_digits=4", "task.operand_lengths=fixed"]
@@ -167,7 +168,7 @@ def bench_data(sizes: Sizes) -> list[dict[str, Any]]:
 
 
 def train_config(case: ModelCase, sizes: Sizes, device: str, peak: float, compile: bool = False):
-    """A short run of ``train()`` whose last report times the steps after warm-up only."""
+    """A short run of ``train()``: warm-up and timed steps, evaluated only at 0 and at the end."""
     n_layer, d_model, n_head = case.shape
     small_eval = ["data.val_size=32", "data.test_size=32", "data.edge_cases=false"]
     return config_lib.load(
@@ -181,14 +182,51 @@ def train_config(case: ModelCase, sizes: Sizes, device: str, peak: float, compil
             f"model.n_head={n_head}",
             f"train.batch_size={sizes.batch_size}",
             f"train.max_steps={sizes.train_warmup + sizes.train_steps}",
-            # reports at 0, warm-up and the end: the last one's perf/* covers the timed steps
-            f"train.eval_every={sizes.train_warmup}",
+            # no evaluation between the first step and the last: none falls in the timed steps
+            f"train.eval_every={sizes.train_warmup + sizes.train_steps}",
             "train.train_eval_size=32",
             f"train.device={device}",
             f"train.peak_flops={peak}",
             f"train.compile={str(compile).lower()}",
         ],
     )
+
+
+class StepClock:
+    """A ``progress`` callback that notes when each step ended (its first call for a step: the
+    trainer calls it after every step, and again at an evaluation). The trainer reads the loss
+    back after every step, so on a GPU a step has ended when its call comes."""
+
+    def __init__(self) -> None:
+        self.ended_at: dict[int, float] = {}
+
+    def __call__(self, step: int, _max_steps: int, _metrics: dict[str, Any]) -> None:
+        self.ended_at.setdefault(step, time.perf_counter())
+
+    def seconds(self, first: int, last: int) -> float:
+        """Wall time of steps ``first + 1 .. last``."""
+        return self.ended_at[last] - self.ended_at[first]
+
+
+def train_row(config, clock: StepClock, warmup: int, peak: float) -> dict[str, Any]:
+    """Throughput of the steps after ``warmup``: what was counted, the time and the ratios."""
+    total = config.train.max_steps
+    cost = step_cost(config)
+    steps, seconds = total - warmup, clock.seconds(warmup, total)
+    tokens = steps * cost["tokens"]
+    tokens_per_s = tokens / seconds
+    model_flops = tokens_per_s * cost["flops_per_token"]
+    return {
+        "batch_size": config.train.batch_size,
+        "steps_timed": steps,
+        "seconds": seconds,
+        "tokens": tokens,
+        "tokens_per_step": cost["tokens"],
+        "steps_per_s": steps / seconds,
+        "tokens_per_s": tokens_per_s,
+        "model_flops": model_flops,
+        "mfu": model_flops / peak,
+    }
 
 
 def bench_train(sizes: Sizes, device: str, peak: float, compile: bool) -> list[dict[str, Any]]:
@@ -198,26 +236,17 @@ def bench_train(sizes: Sizes, device: str, peak: float, compile: bool) -> list[d
         cases += [(case, True) for case in sizes.models if case.label == REFERENCE]
     for case, compiled in cases:
         config = train_config(case, sizes, device, peak, compiled)
-        reports: list[dict[str, Any]] = []
+        clock = StepClock()
         start = time.perf_counter()
-        summary = train(config, reports.append)
-        final = reports[-1]
-        rows.append(
-            {
-                "model": case.label + (" compiled" if compiled else ""),
-                "shape": "{}x{}".format(*case.shape[:2]),
-                "n_params": summary["n_params"],
-                "batch_size": sizes.batch_size,
-                "tokens_per_step": final["perf/tokens_per_s"]
-                * sizes.batch_size
-                / final["perf/examples_per_s"],
-                "steps_per_s": final["perf/examples_per_s"] / sizes.batch_size,
-                "tokens_per_s": final["perf/tokens_per_s"],
-                "model_flops": final["perf/tokens_per_s"] * summary["flops_per_token"],
-                "mfu": final["perf/mfu"],
-                "wall_s": time.perf_counter() - start,
-            }
-        )
+        summary = train(config, progress=clock)
+        row = {
+            "model": case.label + (" compiled" if compiled else ""),
+            "shape": "{}x{}".format(*case.shape[:2]),
+            "n_params": summary["n_params"],
+        }
+        row.update(train_row(config, clock, sizes.train_warmup, peak))
+        row["wall_s"] = time.perf_counter() - start
+        rows.append(row)
     return rows
 
 

@@ -1,4 +1,5 @@
-"""Checkpoints that resume exactly: model, optimiser, schedule, data cursor, RNGs and loop state.
+"""Checkpoints that resume exactly: model, optimiser, schedule, data cursor, RNGs and loop state
+(the early-stopping monitor and its best weights, per member).
 
 A run resumed from a checkpoint continues bit-identically on CPU. Files are written to a temporary
 name and renamed, so a run killed mid-save leaves the previous checkpoint intact; they load with
@@ -8,7 +9,6 @@ name and renamed, so a run killed mid-save leaves the previous checkpoint intact
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +50,7 @@ def save(
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "generators": [g.get_state() for g in generators],
-        "loops": [asdict(s) for s in states],
+        "loops": [s.to_dict() for s in states],
     }
     return _write(directory, FILE, payload, configs[0])
 

@@ -45,6 +45,32 @@ def greedy_decode(
 
 
 @torch.no_grad()
+def generate_ids(
+    model: GPT,
+    fmt: Format,
+    problems: Problems,
+    device: torch.device,
+    batch_size: int = 256,
+    max_new_tokens: int | None = None,
+) -> np.ndarray:
+    """The model's greedy continuation of each problem's prompt, (N, max_new_tokens) token ids.
+
+    The default budget is the longest expected answer plus one token, so a row that repeats the
+    answer or never ends is seen to run past it.
+    """
+    encoded = fmt.encode(problems)
+    limit = max_new_tokens or int(encoded.answer_len.max()) + 1
+    generated = np.empty((len(problems), limit), dtype=np.int64)
+    for length in np.unique(encoded.prompt_len):
+        rows = np.flatnonzero(encoded.prompt_len == length)
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            prompts = torch.from_numpy(encoded.tokens[chunk, :length]).to(device)
+            generated[chunk] = greedy_decode(model, prompts, limit, fmt.eos_id).cpu().numpy()
+    return generated
+
+
+@torch.no_grad()
 def predict_answers(
     model: GPT,
     fmt: Format,
@@ -54,30 +80,55 @@ def predict_answers(
     max_new_tokens: int | None = None,
 ) -> list[str]:
     """The model's answer text for each problem, decoded greedily in batches."""
+    generated = generate_ids(model, fmt, problems, device, batch_size, max_new_tokens)
+    return [fmt.decode(ids) for ids in generated]
+
+
+def answer_ids(fmt: Format, problems: Problems) -> list[np.ndarray]:
+    """Each problem's expected answer token ids, EOS excluded."""
     encoded = fmt.encode(problems)
-    limit = max_new_tokens or int(encoded.answer_len.max()) + 1
-    answers: list[str] = [""] * len(problems)
-    for length in np.unique(encoded.prompt_len):
-        rows = np.flatnonzero(encoded.prompt_len == length)
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start : start + batch_size]
-            prompts = torch.from_numpy(encoded.tokens[chunk, :length]).to(device)
-            generated = greedy_decode(model, prompts, limit, fmt.eos_id).cpu().numpy()
-            for row, ids in zip(chunk, generated, strict=True):
-                answers[row] = fmt.decode(ids)
-    return answers
+    ends = encoded.prompt_len + encoded.answer_len - 1
+    return [
+        row[start:end]
+        for row, start, end in zip(encoded.tokens, encoded.prompt_len, ends, strict=True)
+    ]
+
+
+def well_formed(generated: np.ndarray, fmt: Format) -> np.ndarray:
+    """Rows that end with EOS within their budget and hold no PAD before it.
+
+    ``Format.decode`` drops PAD and stops at the end of the row, so text alone would pass
+    ``6 <pad> 9 <pad> 1 2 <eos>`` as ``"6912"`` and an answer that never ends.
+    """
+    is_eos = generated == fmt.eos_id
+    has_eos = is_eos.any(axis=1)
+    before_eos = np.cumsum(is_eos, axis=1) == 0
+    pad_before_eos = ((generated == fmt.pad_id) & before_eos).any(axis=1)
+    return has_eos & ~pad_before_eos
+
+
+def exact_matches(generated: np.ndarray, expected: list[np.ndarray], fmt: Format) -> np.ndarray:
+    """Rows whose generated ids up to the first EOS are the expected ids, and EOS follows."""
+    width = generated.shape[1]
+    hits = np.zeros(len(expected), dtype=bool)
+    for row, (ids, target) in enumerate(zip(generated, expected, strict=True)):
+        n = len(target)
+        hits[row] = n < width and ids[n] == fmt.eos_id and np.array_equal(ids[:n], target)
+    return hits
 
 
 @torch.no_grad()
 def teacher_forced(
     model: GPT, fmt: Format, problems: Problems, device: torch.device, batch_size: int = 256
 ) -> dict[str, float]:
-    """Answer-token loss and accuracy with the true answer fed in (no decoding)."""
+    """Answer-token loss and accuracy with the true answer fed in (no decoding), over the tokens
+    the training loss counts (``format.mask_first_n`` skips the same first answer tokens)."""
     encoded = fmt.encode(problems)
+    loss_mask = encoded.loss_mask(fmt.config.mask_first_n)
     total_loss, correct, count = 0.0, 0, 0
     for start in range(0, len(problems), batch_size):
         tokens = torch.from_numpy(encoded.tokens[start : start + batch_size]).to(device)
-        mask = torch.from_numpy(encoded.loss_mask()[start : start + batch_size]).to(device)
+        mask = torch.from_numpy(loss_mask[start : start + batch_size]).to(device)
         logits, _ = model(tokens[:, :-1])
         targets = tokens[:, 1:]
         losses = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
@@ -99,15 +150,20 @@ def evaluate_set(
 
     ``fmt`` encodes the prompts; ``reference`` (default ``fmt``) gives the expected answer text:
     a model trained on plain and shown spaced prompts (seed 000's OOD set) must still answer in
-    plain for ``exact_match``, while ``normalised_match`` accepts any spacing.
+    plain for ``exact_match``, while ``normalised_match`` accepts any spacing. Both need an
+    answer that ends with EOS and holds no PAD (``well_formed``); exact match compares token ids.
     """
     was_training = model.training
     model.eval()
     reference = reference or fmt
+    if reference.vocab != fmt.vocab:
+        raise ValueError("exact match compares token ids: the formats must share a vocabulary")
     expected = reference.answer_text(problems)
-    got = predict_answers(model, fmt, problems, device, batch_size)
-    exact = np.array([g == e for g, e in zip(got, expected, strict=True)])
-    norm = np.array(
+    generated = generate_ids(model, fmt, problems, device, batch_size)
+    got = [fmt.decode(ids) for ids in generated]
+    ended = well_formed(generated, fmt)
+    exact = exact_matches(generated, answer_ids(reference, problems), fmt)
+    norm = ended & np.array(
         [fmt.normalise(g) == reference.normalise(e) for g, e in zip(got, expected, strict=True)]
     )
     short = ended_early(got, expected, fmt, reference)

@@ -5,7 +5,10 @@ Each member of a packed run keeps its own, so one member stops alone while the o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
 
 from arith.trainconf import TrainConfig
 
@@ -24,6 +27,21 @@ class LoopState:
     elapsed_at_save: float = 0.0
     stopped_reason: str | None = None
     """Why this run stopped, once it has (a member of a pack stops alone)."""
+    best_weights: dict[str, torch.Tensor] | None = None
+    """With ``train.patience``, the monitor's best weights so far (a second copy of the model:
+    these models are small); kept in the checkpoint so a resumed run ends on the same model."""
+    best_step: int = 0
+    """The step of ``best_weights``."""
+    final_weights: str = "last"
+    """Which weights the run's final sets were measured on: ``best`` or ``last``."""
+    final_metrics: dict[str, Any] | None = None
+    """A stopped run's last report, which a pack resumed after it stopped summarises."""
+    wall_time_s: float = 0.0
+    """Seconds from the start to the stop of this run (resumes included)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, tensors uncopied, for ``torch.save``."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def update(self, metrics: dict[str, float], step: int, tc: TrainConfig) -> str | None:
         """Record an evaluation; the reason to stop, if any."""

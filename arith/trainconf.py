@@ -63,7 +63,8 @@ class TrainConfig:
     time_budget_s: float | None = None
     """Stop training after this many seconds (then evaluate and return)."""
     peak_flops: float | None = None
-    """Device peak FLOP/s for ``perf/mfu``; ``None``: a known GPU's peak, else no MFU."""
+    """Device peak FLOP/s for ``perf/mfu``; ``None``: the peak of a GPU whose exact name
+    ``arith.trainer.GPU_PEAK_FLOPS`` lists (bf16 training only), else no MFU."""
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "train.batch_size", f"must be >= 1, got {self.batch_size}")
@@ -109,6 +110,11 @@ class TrainConfig:
             self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"),
             "train.device",
             f"expected auto, cpu, cuda, cuda:N or mps, but got {self.device!r}",
+        )
+        require(
+            self.peak_flops is None or 0 < self.peak_flops < math.inf,
+            "train.peak_flops",
+            f"must be a finite number > 0 (FLOP/s) or null, got {self.peak_flops}",
         )
         require(
             self.time_budget_s is None or self.time_budget_s > 0,

@@ -132,6 +132,7 @@ def reported_metrics(config: RunConfig) -> set[str]:
     names = {"step", "epoch", "lr", "train/loss", "train/exact_match", "train/token_accuracy"}
     names.add("time/elapsed_s")
     names |= {"perf/examples_per_s", "perf/tokens_per_s", "perf/mfu"}
+    names |= {"perf/pack_tokens_per_s", "perf/pack_mfu"}
     names |= {"n_params", "n_params_non_embedding", "flops_per_token", "steps", "wall_time_s"}
     names.add("final_weights_step")
     names |= {"tokens", "flops"}
@@ -168,28 +169,39 @@ def reported_metrics(config: RunConfig) -> set[str]:
 
 
 class _Throughput:
-    """Examples and tokens per second of training steps only (evaluation time excluded)."""
+    """Examples and tokens per second of a member's training steps since its last evaluation
+    (evaluation time excluded).
+
+    In a pack every step trains all members at once, so a member's ``perf/tokens_per_s`` and
+    ``perf/mfu`` are its share: its own tokens over the pack's step time (the active members'
+    figures add up to the pack's). ``perf/pack_tokens_per_s`` and ``perf/pack_mfu`` are the
+    whole pack's: every row the step computed, stopped members' included. A pack of one
+    reports the same figure under both names.
+    """
 
     def __init__(self, flops_per_token: int, peak_flops: float | None) -> None:
         self.flops_per_token, self.peak_flops = flops_per_token, peak_flops
-        self.seconds, self.examples, self.tokens = 0.0, 0, 0
+        self.seconds, self.examples, self.tokens, self.pack_tokens = 0.0, 0, 0, 0
 
-    def add(self, seconds: float, examples: int, tokens: int) -> None:
+    def add(self, seconds: float, examples: int, tokens: int, pack_tokens: int) -> None:
         self.seconds += seconds
         self.examples += examples
         self.tokens += tokens
+        self.pack_tokens += pack_tokens
 
     def pop(self) -> dict[str, float]:
         if self.seconds == 0:
             return {}
-        tokens_per_s = self.tokens / self.seconds
         out = {
             "perf/examples_per_s": self.examples / self.seconds,
-            "perf/tokens_per_s": tokens_per_s,
+            "perf/tokens_per_s": self.tokens / self.seconds,
+            "perf/pack_tokens_per_s": self.pack_tokens / self.seconds,
         }
         if self.peak_flops:
-            out["perf/mfu"] = tokens_per_s * self.flops_per_token / self.peak_flops
-        self.seconds, self.examples, self.tokens = 0.0, 0, 0
+            for kind in ("", "pack_"):
+                flops = out[f"perf/{kind}tokens_per_s"] * self.flops_per_token
+                out[f"perf/{kind}mfu"] = flops / self.peak_flops
+        self.seconds, self.examples, self.tokens, self.pack_tokens = 0.0, 0, 0, 0
         return out
 
 
@@ -269,11 +281,6 @@ class _Member:
     running_loss: float = 0.0
     running_count: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
-    elapsed: float = 0.0
-    best_weights: dict[str, torch.Tensor] | None = None
-    """With early stopping on, the monitor's best weights so far, kept in memory (small)."""
-    best_step: int = 0
-    final_weights: str = "last"
 
 
 def _build_member(config: RunConfig, device: torch.device) -> tuple[_Member, model_lib.GPT]:
@@ -346,7 +353,7 @@ def train_pack(
     dataset, n_members = members[0].dataset, len(members)
     counts = model_lib.n_params(configs[0].model, len(dataset.format.vocab), dataset.max_seq_len())
     autocast = _autocast(device, first.precision)
-    peak = first.peak_flops or _known_peak(device, autocast)
+    peak = first.peak_flops or _device_peak(device, autocast)
     for member in members:
         member.meter.peak_flops = peak
     forward = torch.compile(model) if first.compile else model
@@ -364,6 +371,7 @@ def train_pack(
         )
         for member, state in zip(members, states, strict=True):
             member.state, member.stop = state, state.stopped_reason or "max_steps"
+            member.metrics = dict(state.final_metrics or {})  # a stopped member keeps its report
     elapsed_before = members[0].state.elapsed_before
     step = max(m.state.step for m in members)
     model.train()
@@ -442,7 +450,7 @@ def train_pack(
         rows = inputs.shape[0] // n_members
         for i in active:
             m = members[i]
-            m.meter.add(seconds, rows, rows * inputs.shape[1])
+            m.meter.add(seconds, rows, rows * inputs.shape[1], inputs.numel())
             if not math.isfinite(loss_values[i]):
                 m.stop = "diverged"
             m.running_loss += loss_values[i]
@@ -482,32 +490,41 @@ def _evaluate_member(
     metrics.update(m.meter.pop())
     metrics.update(_evaluate(model, m.dataset, device, m.train_sample, final=last))
     metrics["time/elapsed_s"] = elapsed()
+    state = m.state
     if m.stop == "max_steps":
-        m.stop = m.state.update(metrics, step, tc) or m.stop
-        if tc.patience is not None and m.state.evals_without_improvement == 0:
-            m.best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            m.best_step = step
+        m.stop = state.update(metrics, step, tc) or m.stop
+        if tc.patience is not None and state.evals_without_improvement == 0:
+            state.best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            state.best_step = step
     if tc.time_budget_s and metrics["time/elapsed_s"] > tc.time_budget_s and m.stop == "max_steps":
         m.stop = "time_budget"
     if last or m.stop != "max_steps":
-        last_weights = None
-        if m.best_weights is not None and m.best_step != step:
-            last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            model.load_state_dict(m.best_weights)  # test what the monitor chose
-        m.final_weights = "best" if m.best_weights is not None else "last"
-        weights_step = m.best_step if m.best_weights is not None else step
-        metrics.update(_final_sets(model, m.dataset, device))
-        metrics["final_weights_step"] = weights_step
-        metrics["done"] = 1
-        if model_dir is not None:
-            ckpt.save_model(model_dir, m.config, model, m.final_weights, weights_step)
-        if last_weights is not None:  # the checkpoint stays the loop's true state
-            model.load_state_dict(last_weights)
-        m.best_weights = None  # a stopped member's copy is no longer needed
-        m.state.stopped_reason = m.stop
-        m.elapsed = elapsed()
-    m.state.step, m.state.last_report_step = step, step
+        _finish_member(m, model, step, device, model_dir)
+        metrics.update(m.metrics)
+        state.final_metrics = metrics
+        state.wall_time_s = elapsed()
+    state.step, state.last_report_step = step, step
     m.metrics = metrics
+
+
+def _finish_member(m: _Member, model, step: int, device, model_dir: Path | None) -> None:
+    """Measure the final sets on the member's chosen weights (the monitor's best with early
+    stopping, else the last) into ``m.metrics``, and save that model to ``model_dir``."""
+    state = m.state
+    last_weights = None
+    if state.best_weights is not None and state.best_step != step:
+        last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        model.load_state_dict(state.best_weights)  # test what the monitor chose
+    state.final_weights = "best" if state.best_weights is not None else "last"
+    weights_step = state.best_step if state.best_weights is not None else step
+    m.metrics = _final_sets(model, m.dataset, device)
+    m.metrics.update(final_weights_step=weights_step, done=1)
+    if model_dir is not None:
+        ckpt.save_model(model_dir, m.config, model, state.final_weights, weights_step)
+    if last_weights is not None:  # the checkpoint stays the loop's true state
+        model.load_state_dict(last_weights)
+    state.best_weights = None  # a stopped member's copy is no longer needed
+    state.stopped_reason = m.stop
 
 
 def _summary(m: _Member, counts: dict[str, int]) -> dict[str, Any]:
@@ -520,9 +537,9 @@ def _summary(m: _Member, counts: dict[str, int]) -> dict[str, Any]:
         steps=m.state.step,
         tokens=m.state.step * m.cost["tokens"],
         flops=m.state.step * m.cost["flops"],
-        wall_time_s=m.elapsed,
+        wall_time_s=m.state.wall_time_s,
         stopped_reason=m.stop,
-        final_weights=m.final_weights,  # "best" (monitor's choice, early stopping on) or "last"
+        final_weights=m.state.final_weights,  # "best" (the monitor's choice) or "last"
     )
     summary["best/" + tc.monitor] = m.state.best
     summary["train/steps_to_100pct"] = m.state.steps_to_100pct
@@ -590,12 +607,31 @@ def _autocast(device: torch.device, precision: str):
     return torch.autocast(device_type=device.type, enabled=False)
 
 
-# Dense bf16 tensor-core peaks (FLOP/s) from the vendors' datasheets, for MFU on known GPUs.
-_GPU_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}
+# Dense bf16 tensor-core peaks (FLOP/s) from the vendors' datasheets, keyed by the exact name
+# ``torch.cuda.get_device_name`` reports: one family's parts differ (the H100 PCIe card peaks at
+# 756 TFLOP/s, the SXM one at 989), so a substring would pick the wrong one ("L4" is in "L40S").
+GPU_PEAK_FLOPS = {
+    "NVIDIA H100 80GB HBM3": 989e12,
+    "NVIDIA H100 PCIe": 756e12,
+    "NVIDIA H100 NVL": 835e12,
+    "NVIDIA H200": 989e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA A100-PCIE-40GB": 312e12,
+    "NVIDIA A100 80GB PCIe": 312e12,
+    "NVIDIA L40S": 362e12,
+    "NVIDIA L4": 121e12,
+    "NVIDIA A10": 125e12,
+}
 
 
-def _known_peak(device: torch.device, autocast) -> float | None:
+def gpu_peak_flops(device_name: str) -> float | None:
+    """The bf16 peak of a GPU named exactly as torch names it; ``None`` for any other name
+    (set ``train.peak_flops`` for MFU there)."""
+    return GPU_PEAK_FLOPS.get(device_name.strip())
+
+
+def _device_peak(device: torch.device, autocast) -> float | None:
     if device.type != "cuda" or autocast.fast_dtype != torch.bfloat16:
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in _GPU_PEAKS.items() if key in name), None)
+    return gpu_peak_flops(torch.cuda.get_device_name(device))

@@ -101,6 +101,22 @@ def test_a_member_that_stops_stops_alone():
     assert_same_curves(reports[0], alone)  # the others stopping did not disturb member 0
 
 
+@pytest.mark.parametrize("n_members", [1, 3])
+def test_a_member_reports_its_share_of_the_throughput_and_the_pack_its_whole(n_members):
+    """Every step computes all members' rows (a stopped member's too): the pack's tokens/s is
+    n_members times a member's share, and each MFU is its tokens/s x FLOPs per token / peak."""
+    configs = [tiny(f"train.seed={i}", "train.peak_flops=1e12") for i in range(n_members)]
+    if n_members > 1:  # member 1 stops at step 0 and is still computed
+        configs[1] = tiny("train.seed=1", "train.peak_flops=1e12", "train.target=0.0")
+    summaries, reports = run_pack(configs)
+    flops_per_token = summaries[0]["flops_per_token"]
+    for report in reports[0][1:]:
+        member, pack = report["perf/tokens_per_s"], report["perf/pack_tokens_per_s"]
+        assert pack == pytest.approx(n_members * member, rel=1e-12)
+        assert report["perf/mfu"] == pytest.approx(member * flops_per_token / 1e12, rel=1e-12)
+        assert report["perf/pack_mfu"] == pytest.approx(pack * flops_per_token / 1e12, rel=1e-12)
+
+
 def test_a_resumed_pack_continues_exactly(tmp_path):
     configs = [tiny(*m) for m in MEMBERS]
     copied = tmp_path / "at_step_4"

@@ -1,0 +1,108 @@
+"""Exact and normalised match score token ids up to EOS, and the teacher-forced loss counts the
+tokens the training loss counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from arith import config as config_lib
+from arith.data import build_dataset, to_tensors
+from arith.evaluate import evaluate_set, teacher_forced
+from arith.formats import FormatConfig, build_format
+from arith.tasks import TaskConfig, from_ints
+from arith.trainer import build_model
+
+TASK = TaskConfig(name="addition", n_digits=4, operand_lengths="fixed")
+PLAIN = build_format(FormatConfig(name="plain"), TASK)
+SPACED = build_format(FormatConfig(name="spaced"), TASK)
+PROBLEMS = from_ints(TASK, [[1234, 5678]], ["+"])  # plain "1234 + 5678 =" -> "6912"
+
+
+class Scripted(torch.nn.Module):
+    """A stand-in model that emits a fixed token script, one token per decoding step."""
+
+    def __init__(self, script: list[int], vocab_size: int) -> None:
+        super().__init__()
+        self.script, self.vocab_size = script, vocab_size
+
+    def forward(self, idx: torch.Tensor, cache=None, reserve: int = 0):
+        position = 0 if cache is None else cache + 1
+        token = self.script[min(position, len(self.script) - 1)]
+        logits = torch.zeros(idx.shape[0], idx.shape[1], self.vocab_size)
+        logits[:, -1, token] = 1.0
+        return logits, position
+
+
+def ids(fmt, text: str) -> list[int]:
+    """Token ids of ``text``, one character a token; ``|`` is PAD and ``$`` is EOS."""
+    special = {"|": fmt.pad_id, "$": fmt.eos_id}
+    return [special.get(c, fmt.vocab.index(c) if c in fmt.vocab else -1) for c in text]
+
+
+def scores(fmt, reference, script: str) -> dict[str, float]:
+    model = Scripted(ids(fmt, script), len(fmt.vocab))
+    return evaluate_set(model, fmt, PROBLEMS, torch.device("cpu"), reference)
+
+
+@pytest.mark.parametrize(
+    ("script", "exact"),
+    [
+        ("6912$", 1.0),
+        ("6|9|12$", 0.0),  # PAD inside the answer: decode drops it, exact match must not
+        ("69122", 0.0),  # never ends: the answer's digits then no EOS within the budget
+        ("6912" + "|" * 4, 0.0),  # no EOS, PAD to the end of the budget
+        ("691$", 0.0),
+    ],
+)
+def test_exact_match_compares_ids_up_to_eos(script, exact):
+    assert PLAIN.decode(ids(PLAIN, script)).startswith("691")
+    metrics = scores(PLAIN, None, script)
+    assert metrics["exact_match"] == exact
+    carry = [v for k, v in metrics.items() if k.startswith("exact_match/carry_")]
+    assert carry == [exact]  # the breakdowns score the same rows
+
+
+@pytest.mark.parametrize(
+    ("script", "normalised"),
+    [
+        ("6 912$", 1.0),
+        ("6912$", 1.0),
+        ("6|912$", 0.0),
+        ("6 9 1 2 ", 0.0),  # spaced digits with no EOS
+    ],
+)
+def test_normalised_match_needs_eos_and_no_pad(script, normalised):
+    """Spaced prompts answered against plain answers (the OOD set): spacing aside."""
+    metrics = scores(SPACED, PLAIN, script)
+    assert metrics["normalised_match"] == normalised
+    assert metrics["exact_match"] == float(script == "6912$")
+
+
+@pytest.mark.parametrize("mask_first_n", [0, 2])
+def test_teacher_forced_loss_counts_the_tokens_training_counts(mask_first_n):
+    config = config_lib.load(
+        None,
+        [
+            "task.n_digits=3",
+            f"format.mask_first_n={mask_first_n}",
+            "model.n_layer=1",
+            "model.d_model=32",
+            "data.val_size=64",
+        ],
+    )
+    torch.manual_seed(0)
+    dataset = build_dataset(config.task, config.format, config.data, 0)
+    model = build_model(config, dataset).eval()
+    problems = dataset.eval_sets["val"]
+    fmt = dataset.format
+    inputs, targets, mask = to_tensors(fmt.encode(problems), mask_first_n, torch.device("cpu"))
+    with torch.no_grad():
+        logits, _ = model(inputs)
+    losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+    expected = float(losses[mask.flatten()].mean())
+    measured = teacher_forced(model, fmt, problems, torch.device("cpu"))["loss"]
+    assert measured == pytest.approx(expected, rel=1e-5)
+    assert not np.isclose(measured, float(losses[mask.flatten() == 0].mean()))
