@@ -31,7 +31,12 @@ def _curve(values):
     [
         (_curve(FLAT), "TERMINATED", "max_steps", "val/exact_match", "converged"),
         (_curve(RISING), "TERMINATED", "max_steps", "val/exact_match", "still_improving"),
-        (_curve(RISING), "TERMINATED", "time_budget", "val/exact_match", "still_improving"),
+        # the wall clock stopped it: a label of its own, whatever the curve did
+        (_curve(RISING), "TERMINATED", "time_budget", "val/exact_match", "time_budget"),
+        (_curve(FLAT), "TERMINATED", "time_budget", "val/exact_match", "time_budget"),
+        # a crash says nothing about where the curve was heading
+        (_curve(RISING), "ERROR", None, "val/exact_match", "unknown"),
+        (_curve(FLAT), "ERROR", "max_steps", "val/exact_match", "unknown"),
         # +0.009 over the window: under one percentage point
         (_curve([0.1, 0.3, 0.5, 0.5, 0.505, 0.509]), None, None, "val/exact_match", "converged"),
         # falling at the end is not improving
@@ -45,7 +50,9 @@ def _curve(values):
         (_curve(RISING), "EARLY_STOPPED", "scheduler", "val/exact_match", "early_stopped"),
         (_curve(RISING), "TERMINATED", "target_reached", "val/exact_match", "converged"),
         ([], "TERMINATED", "max_steps", "val/exact_match", "unknown"),
-        ([(100, 0.3)], None, None, "val/exact_match", "converged"),
+        # one evaluation has no trend
+        ([(100, 0.3)], None, None, "val/exact_match", "unknown"),
+        ([(100, 0.3)], "TERMINATED", "max_steps", "val/loss", "unknown"),
     ],
 )
 def test_classify_hand_made_curves(history, status, reason, metric, expected):
