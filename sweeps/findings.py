@@ -28,12 +28,14 @@ from sweeps.claims import CLAIMS, Claim
 from sweeps.collect import (
     CollectError,
     find_parent_run,
+    newest_parent,
     open_client,
     render_tables,
     spec_from_parent,
     trials_from_mlflow,
 )
 from sweeps.plots import plots_for
+from sweeps.resume import STATE_FILE
 from sweeps.tables import default_table_specs, table_specs_from_block
 
 RUN_RECORD = "findings_run.json"
@@ -106,19 +108,41 @@ def run_space(spec: Path, sweep: str, overrides: list[str], results: Path, uri: 
 
 
 def _parent_id(results: Path, sweep: str) -> str | None:
-    state = results / sweep / "sweep_state.json"
-    if state.is_file():
-        return json.loads(state.read_text(encoding="utf-8")).get("parent_run_id")
-    return None
+    """The parent run ``sweeps.run --out RESULTS`` recorded for ``sweep``; None without a state
+    file (the sweep did not run into this results folder)."""
+    state = results / sweep / STATE_FILE
+    if not state.is_file():
+        return None
+    try:
+        parent_id = json.loads(state.read_text(encoding="utf-8")).get("parent_run_id")
+    except (ValueError, AttributeError):
+        parent_id = None
+    if not parent_id:
+        raise CollectError(f"{state}: names no parent_run_id (not a sweeps.run state file)")
+    return parent_id
+
+
+def _parent_run(client, sweep: str, results: Path):
+    """The parent run this results folder's state file names: never the newest parent of the
+    experiment instead, which may be another sweep's run of the same name."""
+    parent_id = _parent_id(results, sweep)
+    if parent_id is None:
+        raise CollectError(
+            f"sweep {sweep!r}: no {results / sweep / STATE_FILE}, so which parent run in MLflow "
+            "is this report's is unknown (pass the --results folder it ran into, or --run it)"
+        )
+    try:
+        return find_parent_run(client, sweep, parent_id)
+    except CollectError as err:
+        raise CollectError(f"{results / sweep / STATE_FILE} names {err}") from None
 
 
 def collect_sweep(
     sweep: str, results: Path, uri: str, plot: str | None = None
 ) -> tuple[pd.DataFrame, str, dict, object]:
     """(trials, tables markdown, run record, the section's figure or None) of one sweep."""
-    parent_id = _parent_id(results, sweep)
     client = open_client(uri)
-    parent = find_parent_run(client, sweep, parent_id)
+    parent = _parent_run(client, sweep, results)
     spec = spec_from_parent(client, parent) or {}
     trials, curves = trials_from_mlflow(uri, sweep, parent.info.run_id)
     # A trial still RUNNING or PENDING was cut off (the sweep was interrupted): its numbers
@@ -184,10 +208,18 @@ def section(claim: Claim, frames: dict, tables: str, record: dict, plot: str | N
 
 
 def _has_run(sweep: str, results: Path, uri: str) -> bool:
+    """Whether the sweep ran into ``results`` (its state file is there); with no state file but
+    parent runs of that name in MLflow, CollectError says so rather than guessing one."""
+    if (results / sweep / STATE_FILE).is_file():
+        return True
     try:
-        find_parent_run(open_client(uri), sweep, _parent_id(results, sweep))
-    except CollectError:
+        client = open_client(uri)
+    except CollectError:  # no store yet: nothing has run
         return False
+    experiment = client.get_experiment_by_name(sweep)
+    if experiment is None or newest_parent(client, experiment.experiment_id) is None:
+        return False
+    _parent_run(client, sweep, results)  # raises: parents in MLflow, none named here
     return True
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
 
 from sweeps import findings
 from sweeps.claims import CLAIMS
+from sweeps.resume import STATE_FILE
 
 
 def test_grokking_check_says_which_decay_groks():
@@ -120,3 +125,56 @@ def test_batch_lr_check_tells_a_target_stop_from_never():
         in (sentences[0])
     )
     assert sentences[1] == "Every batch size reaches the threshold: **not met**."
+
+
+def _two_parents(tmp_path) -> tuple[str, str, str]:
+    """A real SQLite store holding two parent runs of sweep "smoke", one trial each (d_model
+    32 in the older, 64 in the newer); (tracking URI, older id, newer id)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("smoke", artifact_location=str(tmp_path / "art"))
+    ids = []
+    for start, d_model in ((1_000, 32), (2_000, 64)):
+        parent = client.create_run(experiment, start, {"sweep.role": "parent"}).info.run_id
+        tags = {"mlflow.parentRunId": parent, "sweep.trial_id": "t0000", "sweep.role": "trial",
+                "sweep.status": "TERMINATED", "sweep.stopped_reason": "max_steps"}  # fmt: skip
+        child = client.create_run(experiment, start + 1, tags).info.run_id
+        client.log_batch(
+            child,
+            metrics=[Metric("test/exact_match", 0.5, start, 10)],
+            params=[Param("model.d_model", str(d_model))],
+        )
+        for run in (child, parent):
+            client.set_terminated(run, "FINISHED", start + 5)
+        ids.append(parent)
+    return uri, ids[0], ids[1]
+
+
+def _state(results, parent_id: str) -> None:
+    (results / "smoke").mkdir(parents=True)
+    (results / "smoke" / STATE_FILE).write_text(json.dumps({"parent_run_id": parent_id}))
+
+
+def test_report_reads_the_parent_the_state_file_names_not_the_newest(tmp_path):
+    uri, older, _ = _two_parents(tmp_path)
+    _state(tmp_path / "results", older)
+    trials, *_ = findings.collect_sweep("smoke", tmp_path / "results", uri)
+    assert trials["model.d_model"].tolist() == [32]
+
+
+@pytest.mark.parametrize("state", [None, "0123456789abcdef"])
+def test_report_refuses_to_guess_a_parent(tmp_path, capsys, state):
+    uri, _, _ = _two_parents(tmp_path)
+    results = tmp_path / "results"
+    if state is not None:
+        _state(results, state)
+    args = ["smoke", "--results", str(results), "--tracking-uri", uri, "--out", str(tmp_path)]
+    assert findings.main(args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (err,) = [line for line in err.splitlines() if line.startswith("error: ")]  # MLflow logs too
+    if state is None:
+        assert f"no {results / 'smoke' / STATE_FILE}, so which parent run" in err
+    else:
+        assert f"names no MLflow run with id '{state}'" in err
+    assert not (tmp_path / "findings.md").exists()
