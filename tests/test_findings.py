@@ -34,26 +34,128 @@ def test_grokking_check_fails_when_a_seed_does_not_grok():
     assert CLAIMS["grokking"].check({"main": trials})[-1].endswith("**not met**.")
 
 
-def test_size_ladder_check_names_the_rung_nearest_the_seed_model():
+def test_size_ladder_chooses_the_best_cell_on_validation_and_reports_its_test():
     trials = pd.DataFrame(
-        {"n_params": [77_000, 250_000, 1_400_000], "test/exact_match": [0.1, 0.6, 0.995]}
+        {
+            "n_params": [77_000, 250_000, 1_400_000],
+            "val/exact_match": [0.1, 0.6, 0.99],
+            # the largest test figure sits in a cell validation did not choose
+            "test/exact_match": [0.1, 0.995, 0.97],
+            "data.test_size": 2000,
+        }
     )
     sentences = CLAIMS["model_size"].check({"main": trials})
-    assert sentences[0] == "Best cell: 99.5 % test exact match (bar >= 99.0 %: **met**)."
-    assert "rises, no rung more than 1 point below" in sentences[1]
-    assert sentences[1].endswith("**met**.")
-    assert "(250,000 parameters) reaches 60.0 %, against the seed's 37.6 %" in sentences[2]
+    assert sentences[0] == (
+        "Best cell, chosen on validation (99.0 % val/exact_match): 1,400,000 parameters, "
+        "97.0 % test exact match (bar >= 99.0 %: **not met**)."
+    )
+    assert "(250,000 parameters) reaches 99.5 %, against the seed's 37.6 %" in sentences[2]
+    without_val = CLAIMS["model_size"].check({"main": trials.drop(columns="val/exact_match")})
+    assert without_val[0] == "Best cell: **not measured** (no val/exact_match to choose it on)."
 
 
-def test_size_ladder_check_tolerates_a_point_and_not_more():
-    def rises(middle: float) -> str:
-        trials = pd.DataFrame(
-            {"n_params": [1_000, 2_000, 3_000], "test/exact_match": [0.938, middle, 0.99]}
-        )
-        return CLAIMS["model_size"].check({"main": trials})[1]
+@pytest.mark.parametrize(
+    ("test_size", "middle", "verdict"),
+    [
+        (2000, 0.930, "**met**."),  # 0.8 points down, 2 standard errors are 1.6 points
+        (2000, 0.915, "**not met**."),  # 2.3 points down: outside the resolution
+        (200, 0.915, "**met**."),  # the same dip on a tenth of the test set: inside it
+        (200, 0.850, "**not met**."),  # 8.8 points down, 2 standard errors are 6.1 points
+    ],
+)
+def test_size_ladder_allows_a_dip_within_two_standard_errors_of_the_test_set(
+    test_size, middle, verdict
+):
+    trials = pd.DataFrame(
+        {
+            "n_params": [1_000, 2_000, 3_000],
+            "test/exact_match": [0.938, middle, 0.99],
+            "data.test_size": test_size,
+        }
+    )
+    line = CLAIMS["model_size"].check({"main": trials})[1]
+    assert f"more than 2 standard errors of a test set of {test_size:,}: {verdict}" in line
 
-    assert rises(0.930).endswith("**met**.")  # width_vs_depth's measured dip
-    assert rises(0.920).endswith("**not met**.")
+
+def test_size_ladder_without_a_test_set_size_is_not_measured():
+    trials = pd.DataFrame({"n_params": [1_000, 2_000], "test/exact_match": [0.5, 0.9]})
+    assert (
+        CLAIMS["model_size"]
+        .check({"main": trials})[1]
+        .endswith("**not measured** (no single data.test_size to take the standard error from).")
+    )
+
+
+def test_width_vs_depth_chooses_the_shape_on_validation():
+    trials = pd.DataFrame(
+        {
+            "model.d_model": [32, 32, 64, 64],
+            "model.n_layer": [1, 2, 1, 2],
+            "n_params": [1_000, 2_000, 4_000, 8_000],
+            "val/exact_match": [0.2, 0.9, 0.5, 0.8],
+            "test/exact_match": [0.2, 0.85, 0.5, 0.95],
+            "data.test_size": 1000,
+        }
+    )
+    sentences = CLAIMS["width_vs_depth"].check({"main": trials})
+    assert sentences[-1] == (
+        "The best shape, chosen on validation (90.0 %), is 32 wide x 2 deep: "
+        "85.0 % test exact match."
+    )
+
+
+@pytest.mark.parametrize(
+    ("decays", "val", "missing"),
+    [
+        ([0.1, 0.1, 1.0, 1.0], [0.97, 0.99, 0.98, 0.99], "no weight decay 0 group"),
+        ([0.0, 0.0], [0.01, 0.02], "no weight decay > 0 group"),
+        ([0.0, 1.0], None, "no weight decay > 0 and no weight decay 0 group"),
+    ],
+)
+def test_grokking_contrast_without_one_side_is_not_measured(decays, val, missing):
+    trials = pd.DataFrame({"optim.weight_decay": decays})
+    if val is not None:
+        trials["val/exact_match"] = val
+    last = CLAIMS["grokking"].check({"main": trials})[-1]
+    assert last == (
+        "Every seed with weight decay groks and none without, in the same budget: "
+        f"**not measured** ({missing} measured)."
+    )
+
+
+def _arms(*rows: tuple[str, float, float | None]) -> pd.DataFrame:
+    """Trials of abacus_length: (model.position, longer/exact_match, longer_val/exact_match)."""
+    frame = pd.DataFrame(rows, columns=["model.position", "longer/exact_match", "longer_val"])
+    frame = frame.rename(columns={"longer_val": "longer_val/exact_match"})
+    return frame.dropna(axis=1, how="all")
+
+
+def test_abacus_chooses_the_arm_on_validation_lengths_and_reports_the_others():
+    trials = _arms(
+        ("learned", 0.0, 0.01), ("abacus", 0.97, 0.5), ("abacus_bias", 0.93, 0.99)
+    )  # fmt: skip
+    sentences = CLAIMS["abacus_length"].check({"main": trials})
+    assert "abacus: 97.0 % on longer operands (validation lengths 50.0 %)." in sentences
+    assert sentences[-1] == (
+        "The best arm, chosen on validation lengths (longer_val/exact_match 99.0 %; "
+        "abacus_bias's gain and reach were chosen on them too), is abacus_bias: 93.0 % on the "
+        "reported longer lengths (longer/)."
+    )
+
+
+def test_abacus_says_not_measured_for_an_arm_that_did_not_run_and_an_unvalidated_choice():
+    sentences = CLAIMS["abacus_length"].check(
+        {"main": _arms(("learned", 0.0, None), ("abacus", 0.95, None))}
+    )
+    assert (
+        "The Abacus index as an attention bias (abacus_bias) reaches >= 90.0 % on longer "
+        "operands: **not measured** (the arm did not run)."
+    ) in sentences
+    assert "Learned positions stay near 0 (< 5.0 %): **met**." in sentences
+    assert sentences[-1].startswith(
+        "The best arm: **not measured** (no longer_val/exact_match): neither the arm nor "
+        "abacus_bias's gain and reach could be chosen"
+    )
 
 
 def test_multi_op_check_names_the_hardest_operation_and_the_weighting_effect():
@@ -77,6 +179,34 @@ def test_optuna_check_reads_a_stopped_trial_by_its_last_validation():
     sentences = CLAIMS["optuna_lr"].check({"main": main, "optuna_lr_grid": grid})
     assert sentences[0].startswith("Optuna + ASHA: best 90.0 % in 1,050 training steps")
     assert sentences[1] == "Within 0.01 of the grid: **met**; at most half its steps: **met**."
+
+
+@pytest.mark.parametrize(
+    ("dropped", "per_op", "hardest"),
+    [
+        (["mul"], "add 100.0 %, sub 40.0 %, mul not measured, floordiv 80.0 %, mod 50.0 %", "sub"),
+        (["add", "sub", "mul", "floordiv", "mod"], ", ".join(
+            f"{op} not measured" for op in ["add", "sub", "mul", "floordiv", "mod"]
+        ), "not measured"),
+    ],
+)  # fmt: skip
+def test_multi_op_check_says_not_measured_for_a_missing_operation(dropped, per_op, hardest):
+    names = [f"test/exact_match/{op}" for op in ["add", "sub", "mul", "floordiv", "mod"]]
+    uniform = ["[1, 1, 1, 1, 1]", 1.0, 0.4, 0.0, 0.8, 0.5]
+    hard = ["[1, 1, 2, 2, 2]", 0.9, 0.1, 0.2, 0.8, 0.6]
+    trials = pd.DataFrame([uniform, hard], columns=["task.op_weights", *names])
+    trials = trials.drop(columns=[f"test/exact_match/{op}" for op in dropped])
+    sentences = CLAIMS["multi_op"].check({"main": trials})
+    assert sentences[0] == f"op weights [1, 1, 1, 1, 1]: {per_op}; hardest: {hardest}."
+    assert all(f"{op} not measured" in sentences[2] for op in dropped)
+
+
+def test_addition_k4_bar_without_a_test_figure_is_not_measured():
+    trials = pd.DataFrame({"format.name": ["plain"], "val/exact_match": [0.99]})
+    sentences = CLAIMS["addition_k4"].check({"main": trials})
+    assert sentences[0] == (
+        "plain answers: in-distribution test not measured (bar >= 99 %: **not measured**)."
+    )
 
 
 @pytest.mark.slow
