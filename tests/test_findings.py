@@ -308,3 +308,13 @@ def test_report_refuses_to_guess_a_parent(tmp_path, capsys, state):
     else:
         assert f"names no MLflow run with id '{state}'" in err
     assert not (tmp_path / "findings.md").exists()
+
+
+def test_report_says_its_bests_are_chosen_on_validation(tmp_path):
+    uri, older, _ = _two_parents(tmp_path)
+    _state(tmp_path / "results", older)
+    args = ["smoke", "--results", str(tmp_path / "results"), "--tracking-uri", uri]
+    assert findings.main([*args, "--out", str(tmp_path / "docs")]) == 0
+    report = (tmp_path / "docs" / "findings.md").read_text()
+    assert "Every best cell, shape or arm is chosen on validation (val/exact_match" in report
+    assert f"(parent run {older})" in report  # the state file's parent, not the newest
