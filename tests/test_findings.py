@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
+from matplotlib import image
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from sweeps import findings
+from sweeps import findings, plots
 from sweeps.claims import CLAIMS
 from sweeps.resume import STATE_FILE
 
@@ -225,7 +227,16 @@ def test_findings_command_runs_a_space_and_rebuilds_the_report_from_mlflow(tmp_p
         in report
     )
     assert "| 16 " in report and "val/exact_match" in report
-    assert (out / "findings" / "smoke.png").stat().st_size > 1000
+    # the section's plot is the sweep's figure, written at the report's dpi: a marker at the
+    # cell's parameters and mean validation exact match over its two seeds
+    trials, _, _, figure = findings.collect_sweep("smoke", tmp_path / "results", uri)
+    height, width = image.imread(out / "findings" / "smoke.png").shape[:2]
+    assert (width, height) == tuple(np.round(figure.get_size_inches() * 110).astype(int))
+    ax = figure.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("parameters (n_params)", "val/exact_match")
+    (marker,) = [line for line in ax.get_lines() if line.get_marker() in plots.MARKERS]
+    cell = (trials["n_params"].mean(), trials["val/exact_match"].mean())
+    np.testing.assert_allclose(marker.get_xydata(), [cell])
     # Without --run the same report comes back from MLflow and the run record alone.
     again = tmp_path / "again"
     assert findings.main([*common, "--out", str(again)]) == 0
