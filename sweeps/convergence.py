@@ -2,19 +2,24 @@
 
 The rule, in order (the first that applies wins):
 
-1. ``diverged``: the trial's status is DIVERGED (or it stopped for ``diverged``), or a value of
-   its history is not finite.
-2. ``early_stopped``: it was stopped before its budget, by its own patience (status
+1. ``diverged``: the trial's status is DIVERGED (or it stopped for ``diverged``).
+2. ``unknown``: the trial's status is ERROR: it crashed, and where its curve stopped says
+   nothing about where it was heading.
+3. ``diverged``: a value of its history is not finite.
+4. ``early_stopped``: it was stopped before its budget, by its own patience (status
    EARLY_STOPPED, reason ``early_stopping``) or by the scheduler (ASHA, reason ``scheduler``).
-3. ``converged``: it stopped because it reached its target (reason ``target_reached``).
-4. ``still_improving``: over the *window* (the last third of its training steps, and at least
+5. ``time_budget``: its wall-clock budget (``train.time_budget_s``, reason ``time_budget``)
+   stopped it: how far it got measures the machine as much as the configuration.
+6. ``converged``: it stopped because it reached its target (reason ``target_reached``).
+7. ``unknown``: fewer than two evaluations: one point has no trend.
+8. ``still_improving``: over the *window* (the last third of its training steps, and at least
    its last ``min_evals`` evaluations) the metric improved by more than the threshold between
    the window's first and last evaluation: for a fraction (exact match, accuracy) by more than
    ``abs_tol`` (0.01, one percentage point); for any other metric (a loss) by more than
    ``rel_tol`` (2 %) of its value at the window's start. "Improved" follows the metric's
    direction: down for a metric whose name contains "loss", else up. Such a cell is
    budget-limited: more steps (``train.max_steps``) would change it.
-5. ``converged``: otherwise (flat over the window, or worse at its end than at its start).
+9. ``converged``: otherwise (flat over the window, or worse at its end than at its start).
 
 A trial with no history of the metric and none of the statuses above is ``unknown``.
 """
@@ -27,9 +32,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-DIVERGED, EARLY_STOPPED = "diverged", "early_stopped"
+DIVERGED, EARLY_STOPPED, TIME_BUDGET = "diverged", "early_stopped", "time_budget"
 STILL_IMPROVING, CONVERGED, UNKNOWN = "still_improving", "converged", "unknown"
-LABELS = (CONVERGED, STILL_IMPROVING, DIVERGED, EARLY_STOPPED, UNKNOWN)
+LABELS = (CONVERGED, STILL_IMPROVING, DIVERGED, EARLY_STOPPED, TIME_BUDGET, UNKNOWN)
 # The key to raise when a cell is still improving at the end of its budget (the default one;
 # ``budget_key`` names the one a sweep's trials used).
 BUDGET_KEY = "train.max_steps"
@@ -73,13 +78,17 @@ def classify(
     points = sorted((float(s), float(v)) for s, v in history)
     if status == "DIVERGED" or stopped_reason == "diverged":
         return DIVERGED
+    if status == "ERROR":
+        return UNKNOWN
     if any(not math.isfinite(v) for _, v in points):
         return DIVERGED
     if status == "EARLY_STOPPED" or stopped_reason in ("early_stopping", "scheduler"):
         return EARLY_STOPPED
+    if stopped_reason == "time_budget":
+        return TIME_BUDGET
     if stopped_reason == "target_reached":
         return CONVERGED
-    if not points:
+    if len(points) < 2:
         return UNKNOWN
     start = _window_start(points, rule)
     first, last = points[start][1], points[-1][1]

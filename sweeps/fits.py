@@ -6,6 +6,10 @@ starting points (as Hoffmann et al. 2022 and OLMo-core's ladder analysis do), wi
 conditioning. The intervals are a residual bootstrap: the fitted curve times resampled
 exp(log residuals), refitted from the best fit, and the 5th and 95th percentiles taken (90 %).
 Fewer than ``MIN_DISTINCT_X`` distinct x values are refused: the law has three parameters.
+
+A trial at 100 % exact match has an error of 0, which a log residual cannot take; it is not
+left out (that would drop the best trials) but floored at the evaluation set's resolution,
+half an example (``0.5 / data.<set>_size``), and the fit says how many were floored.
 """
 
 from __future__ import annotations
@@ -118,24 +122,35 @@ class PowerLawFit:
     intervals: dict[str, tuple[float, float]]
     n_points: int
     n_x: int
+    n_floored: int = 0
+    """Points whose error was 0 and was fitted at the evaluation set's resolution instead."""
 
     def predict(self, x: np.ndarray | float) -> np.ndarray:
         return self.E + self.A * np.asarray(x, dtype=float) ** (-self.alpha)
 
 
 def fit_power_law(
-    x: np.ndarray, y: np.ndarray, *, n_boot: int = 200, seed: int = 0, x_name: str = "x"
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    n_boot: int = 200,
+    seed: int = 0,
+    x_name: str = "x",
+    n_floored: int = 0,
+    why_dropped: str = "",
 ) -> PowerLawFit:
     """Fit the law to the finite points with x > 0 and y > 0; ValueError (one line) when
-    fewer than MIN_DISTINCT_X distinct x values remain."""
+    fewer than MIN_DISTINCT_X distinct x values remain (``why_dropped``: said in it, why some
+    points were not positive). ``n_floored``: how many of ``y`` are floors, carried into the
+    fit."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
     x, y = x[keep], y[keep]
     n_x = len(np.unique(x))
     if n_x < MIN_DISTINCT_X:
         raise ValueError(
-            f"fit: {x_name} has {n_x} distinct value(s) with a positive result, but fitting "
-            f"y = E + A*x^(-alpha) needs at least {MIN_DISTINCT_X}"
+            f"fit: {x_name} has {n_x} distinct value(s) with a positive result{why_dropped}, "
+            f"but fitting y = E + A*x^(-alpha) needs at least {MIN_DISTINCT_X}"
         )
     scale = float(np.exp(np.mean(np.log(x))))
     u = x / scale
@@ -151,7 +166,29 @@ def fit_power_law(
     E, A, alpha = _to_params(best, scale)
     names = ("E", "A", "alpha")
     intervals = {k: (float(lo), float(hi)) for k, lo, hi in zip(names, low, high, strict=True)}
-    return PowerLawFit(E, A, alpha, intervals, len(y), n_x)
+    return PowerLawFit(E, A, alpha, intervals, len(y), n_x, n_floored)
+
+
+def set_size_column(metric: str) -> str:
+    """The config key of the size of the evaluation set ``metric`` is measured on:
+    ``test/exact_match`` -> ``data.test_size``, ``longer/exact_match`` -> ``data.longer_size``."""
+    return f"data.{metric.split('/', 1)[0]}_size"
+
+
+def floored_error(trials: pd.DataFrame, metric: str) -> tuple[pd.Series, pd.Series]:
+    """(``1 - metric`` with each 0 raised to half an example of its evaluation set, which of the
+    trials were so raised). A set of n examples cannot tell an error under 1/n from 0; half of
+    that keeps a perfect trial in the fit, below every measurable error. Where the trials have
+    no set size column, a 0 stays 0 (and the fit leaves it out, saying so)."""
+    error = 1 - pd.to_numeric(trials[metric], errors="coerce")
+    column = set_size_column(metric)
+    size = (
+        pd.to_numeric(trials[column], errors="coerce")
+        if column in trials.columns
+        else pd.Series(np.nan, index=trials.index)
+    )
+    floored = (error <= 0) & (size > 0)
+    return error.where(~floored, 0.5 / size), floored
 
 
 def _residuals(theta: np.ndarray, u: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -201,9 +238,14 @@ def format_fit(fit: PowerLawFit, spec: FitSpec, group: str = "") -> str:
         )
     ]
     where = f" ({group})" if group else ""
+    floored = (
+        f", {fit.n_floored} at 100 % fitted at an error of 0.5 / {set_size_column(spec.y)}"
+        if fit.n_floored
+        else ""
+    )
     return (
         f"_fit{where}: {spec.target} = E + A * {spec.x}^(-alpha) over {fit.n_points} trials "
-        f"({fit.n_x} distinct {spec.x}); {'; '.join(parts)} "
+        f"({fit.n_x} distinct {spec.x}{floored}); {'; '.join(parts)} "
         f"({int(LEVEL * 100)} % bootstrap intervals)_"
     )
 
@@ -243,10 +285,16 @@ def group_fits(trials: pd.DataFrame, spec: FitSpec, table_keys: Sequence[str]) -
         values = values if isinstance(values, tuple) else (values,)
         group = dict(zip(keys, values, strict=True))
         x = pd.to_numeric(part[spec.x], errors="coerce").to_numpy()
-        y = pd.to_numeric(part[spec.y], errors="coerce").to_numpy()
-        y = 1 - y if spec.fits_error else y
+        y = pd.to_numeric(part[spec.y], errors="coerce")
+        floored = pd.Series(False, index=part.index)
+        if spec.fits_error:
+            y, floored = floored_error(part, spec.y)
+        unfloored = int((y == 0).sum()) if spec.fits_error else 0
+        why = f" ({unfloored} at 0 left out: no {set_size_column(spec.y)} to floor them)"
         try:
-            out.append(GroupFit(group, fit_power_law(x, y, x_name=spec.x)))
+            fit = fit_power_law(x, y.to_numpy(), x_name=spec.x, n_floored=int(floored.sum()),
+                                why_dropped=why if unfloored else "")  # fmt: skip
+            out.append(GroupFit(group, fit))
         except ValueError as err:
             out.append(GroupFit(group, None, str(err)))
     return out
@@ -254,12 +302,13 @@ def group_fits(trials: pd.DataFrame, spec: FitSpec, table_keys: Sequence[str]) -
 
 def fit_columns(fit: PowerLawFit) -> dict[str, float]:
     """The fit as flat columns (table.csv; MLflow metrics under a prefix): E, E_low, E_high,
-    A, ..., alpha_high, n_points."""
+    A, ..., alpha_high, n_points, n_floored."""
     out: dict[str, float] = {}
     for name in PARAMS:
         low, high = fit.intervals[name]
         out.update({name: getattr(fit, name), f"{name}_low": low, f"{name}_high": high})
     out["n_points"] = float(fit.n_points)
+    out["n_floored"] = float(fit.n_floored)
     return out
 
 

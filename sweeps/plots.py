@@ -19,7 +19,7 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from sweeps.fits import FitSpec, GroupFit, equation
+from sweeps.fits import FitSpec, GroupFit, equation, floored_error, set_size_column
 from sweeps.tables import (
     TableSpec,
     build_table,
@@ -109,6 +109,8 @@ def exact_match_vs_params(
         (line,) = ax.plot(grid, fit_spec.predict(group.fit, grid), "--", color=colour, lw=1.5,
                           label=f"fit{where}: {equation(group.fit, fit_spec)}")  # fmt: skip
         handles.append(line)
+    if fit_spec is not None and fit_spec.fits_error and any(g.fit is not None for g in fits):
+        handles += _mark_floored(ax, data, x, metric)
     ax.set_xscale("log")
     _readable_log_ticks(ax.xaxis)
     ax.set_xlabel(f"parameters ({x})" if x.startswith("n_params") else x)
@@ -125,6 +127,18 @@ def exact_match_vs_params(
     if handles and len(handles) <= MAX_LEGEND + 4:
         ax.legend(handles=handles, fontsize="small", loc="best")
     return fig
+
+
+def _mark_floored(ax, data: pd.DataFrame, x: str, metric: str) -> list:
+    """Ring the trials at 100 % whose error the fit took at the set's resolution
+    (sweeps.fits.floored_error): the law did not see them as measured; the legend counts them."""
+    floored = floored_error(data, metric)[1]
+    if not floored.any():
+        return []
+    label = f"100 %, fitted at error 0.5 / {set_size_column(metric)} ({int(floored.sum())})"
+    rows = data[floored]
+    return [ax.scatter(rows[x], rows[metric], s=70, facecolors="none", edgecolors="red",
+                       linewidths=1.2, label=label, gid="floored")]  # fmt: skip
 
 
 def _cell_stats(part: pd.DataFrame, keys: list[str], x: str, metric: str) -> pd.DataFrame:

@@ -114,6 +114,14 @@ class MLflowTracker(Callback):
         self.outbox = Outbox(self._apply, journal)
         self._client = None
         self._experiment: str | None = None
+        self._budget_ends: float | None = None  # monotonic time the sweep's time budget ends
+
+    def setup(self, stop=None, num_samples=None, total_num_samples=None, **info) -> None:
+        # Tune's sweep-wide time_budget_s stops running trials as a scheduler would; its end,
+        # kept here, tells a trial it cut from one ASHA stopped (sweeps.convergence labels).
+        budget = info.get("time_budget_s")
+        budget = budget.total_seconds() if hasattr(budget, "total_seconds") else budget
+        self._budget_ends = time.monotonic() + budget if budget else None
 
     # ---- state: MLflow is the truth; Tune's copy only remembers the parent run ----
     def get_state(self) -> dict[str, Any]:
@@ -288,9 +296,11 @@ class MLflowTracker(Callback):
                 continue
             if state["summary"]:
                 status = _STATUS.get(state.get("stopped_reason") or "", "TERMINATED")
-            else:  # stopped by the scheduler (ASHA) before train() returned
-                status = "EARLY_STOPPED"
-                self._log_fallback_summary(state, trial_id, config, trial, "scheduler")
+            else:  # stopped by the scheduler (ASHA) or the time budget before train() returned
+                spent = self._budget_ends is not None and time.monotonic() >= self._budget_ends
+                status = "TERMINATED" if spent else "EARLY_STOPPED"
+                reason = "time_budget" if spent else "scheduler"
+                self._log_fallback_summary(state, trial_id, config, trial, reason)
             self._send_model(state, trial, trial_id, i)
             self._end_child(state, status, "FINISHED", trial_id)
 

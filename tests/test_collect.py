@@ -16,10 +16,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from matplotlib import image
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from sweeps import collect
+from sweeps import collect, plots
 from sweeps.table import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -192,8 +193,22 @@ def test_table_command_rebuilds_from_mlflow(store, tmp_path):
     out = tmp_path / "out" / SWEEP
     for name in ("trials.csv", "table.md", "table.csv", "table_by_size.csv"):
         assert (out / name).is_file(), name
+    # each PNG is the figure the plots draw from these trials, written at the command's dpi
+    trials, curves = collect.trials_from_mlflow(uri, SWEEP)
+    figures = plots.plots_for(trials, curves, "test/exact_match")
     for name in ("exact_match_vs_params", "width_x_depth", "training_curves"):
-        assert (out / f"{name}.png").stat().st_size > 10_000, name
+        height, width = image.imread(out / f"{name}.png").shape[:2]
+        inches = figures[name].get_size_inches()
+        assert (width, height) == tuple(np.round(inches * 120).astype(int)), name
+    size = figures["exact_match_vs_params"].axes[0]
+    finished = trials.dropna(subset=["test/exact_match"])
+    cells = finished.groupby(["model.d_model", "model.n_layer"])
+    markers = [line for line in size.get_lines() if line.get_marker() in plots.MARKERS]
+    drawn = sorted(tuple(map(float, xy)) for line in markers for xy in line.get_xydata())
+    expected = sorted(zip(cells["n_params"].first(), cells["test/exact_match"].mean(), strict=True))
+    np.testing.assert_allclose(drawn, expected)  # one marker per cell, the failed seed left out
+    panel = figures["training_curves"].axes[0]
+    assert len(panel.get_lines()) == len(trials)  # the failed trial's single report included
     assert not (out / "batch_size_x_lr.png").exists()  # the sweep does not vary those axes
     # the tables named in the parent's spec.yaml artifact, printed as written
     assert result.stdout == (out / "table.md").read_text()

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass, field
 
 import pandas as pd
 import pytest
+from mlflow import MlflowClient
 
+from arith.trainer import describe
 from sweeps.collect import with_convergence
 from sweeps.convergence import (
+    CONVERGENCE_TAG,
     budget_key,
     classify,
     convergence_column,
     improving_line,
     monitored_metric,
 )
+from sweeps.space import resolve_run_config
 from sweeps.tables import TableSpec, build_table, to_markdown
+from sweeps.tracking import MLflowTracker
 
 STEPS = [100, 200, 300, 400, 500, 600]
 FLAT = [0.2, 0.6, 0.9, 0.95, 0.951, 0.952]  # rose early, flat (+0.002) over the last third
@@ -31,7 +38,12 @@ def _curve(values):
     [
         (_curve(FLAT), "TERMINATED", "max_steps", "val/exact_match", "converged"),
         (_curve(RISING), "TERMINATED", "max_steps", "val/exact_match", "still_improving"),
-        (_curve(RISING), "TERMINATED", "time_budget", "val/exact_match", "still_improving"),
+        # the wall clock stopped it: a label of its own, whatever the curve did
+        (_curve(RISING), "TERMINATED", "time_budget", "val/exact_match", "time_budget"),
+        (_curve(FLAT), "TERMINATED", "time_budget", "val/exact_match", "time_budget"),
+        # a crash says nothing about where the curve was heading
+        (_curve(RISING), "ERROR", None, "val/exact_match", "unknown"),
+        (_curve(FLAT), "ERROR", "max_steps", "val/exact_match", "unknown"),
         # +0.009 over the window: under one percentage point
         (_curve([0.1, 0.3, 0.5, 0.5, 0.505, 0.509]), None, None, "val/exact_match", "converged"),
         # falling at the end is not improving
@@ -45,7 +57,9 @@ def _curve(values):
         (_curve(RISING), "EARLY_STOPPED", "scheduler", "val/exact_match", "early_stopped"),
         (_curve(RISING), "TERMINATED", "target_reached", "val/exact_match", "converged"),
         ([], "TERMINATED", "max_steps", "val/exact_match", "unknown"),
-        ([(100, 0.3)], None, None, "val/exact_match", "converged"),
+        # one evaluation has no trend
+        ([(100, 0.3)], None, None, "val/exact_match", "unknown"),
+        ([(100, 0.3)], "TERMINATED", "max_steps", "val/loss", "unknown"),
     ],
 )
 def test_classify_hand_made_curves(history, status, reason, metric, expected):
@@ -131,3 +145,46 @@ def test_a_tag_from_mlflow_wins_and_gaps_are_computed():
     trials.insert(3, "convergence", ["still_improving", None, None, None])
     labels = with_convergence(trials, curves)["convergence"].tolist()
     assert labels == ["still_improving", "still_improving", "diverged", "unknown"]
+
+
+@dataclass
+class _Trial:
+    """What the tracker reads of a Tune Trial."""
+
+    trial_id: str
+    config: dict
+    status: str = "RUNNING"
+    last_result: dict = field(default_factory=dict)
+
+
+@pytest.mark.parametrize(
+    ("time_budget_s", "status", "reason", "label"),
+    [
+        (None, "EARLY_STOPPED", "scheduler", "early_stopped"),  # ASHA stopped it
+        (3600.0, "EARLY_STOPPED", "scheduler", "early_stopped"),  # budget not yet spent
+        (1e-9, "TERMINATED", "time_budget", "time_budget"),  # the sweep's budget ran out
+    ],
+)
+def test_a_trial_cut_by_the_sweeps_time_budget_is_labelled_time_budget(
+    tmp_path, time_budget_s, status, reason, label
+):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    base = {"task": {"name": "addition", "n_digits": 2}, "model": {"d_model": 16, "n_head": 2}}
+    resolve = functools.partial(resolve_run_config, base, derived={})
+    tracker = MLflowTracker(uri, "budget", resolve, describe)
+    tracker.setup(stop=None, num_samples=1, total_num_samples=1, time_budget_s=time_budget_s)
+    tracker.start_parent("sweep: {name: budget}\n")
+    trial = _Trial("t_0", {"model.d_model": 16})
+    tracker.on_trial_start(0, [], trial)
+    for i, (step, value) in enumerate(_curve(RISING)):  # still rising when it was cut
+        result = {"step": step, "val/exact_match": value, "training_iteration": i + 1}
+        tracker.on_trial_result(i + 1, [], trial, result)
+    tracker.on_trial_complete(9, [], trial)
+    tracker.finish_parent()
+    client = MlflowClient(uri)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name("budget").experiment_id], "tags.`sweep.role` = 'trial'"
+    )
+    tags = run.data.tags
+    assert (tags["sweep.status"], tags["sweep.stopped_reason"]) == (status, reason)
+    assert tags[CONVERGENCE_TAG] == label

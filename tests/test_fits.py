@@ -8,11 +8,13 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
+from sweeps import plots
 from sweeps.collect import render_tables
-from sweeps.fits import fit_power_law, group_keys
-from sweeps.scaling import fit_metrics, log_fits_to_parent, table_fits, with_fit_columns
+from sweeps.fits import fit_columns, fit_power_law, floored_error, group_keys
+from sweeps.scaling import fit_metrics, fit_note, log_fits_to_parent, table_fits, with_fit_columns
 from sweeps.tables import summarise, table_specs_from_block
 
+METRIC = "test/exact_match"
 X = np.repeat([1e4, 3e4, 1e5, 3e5, 1e6, 3e6], 3)
 
 
@@ -141,3 +143,62 @@ def test_log_fits_to_parent_run(tmp_path):
     stored = client.get_run(run.info.run_id).data.metrics
     assert stored == pytest.approx(logged)
     assert stored["fit/size/alpha_low"] < stored["fit/size/alpha"] < stored["fit/size/alpha_high"]
+
+
+def _perfect_at_the_top(n_perfect_sizes: int, test_size: int | None) -> pd.DataFrame:
+    """Exact match whose error falls as n_params^-0.35 over X, with every trial of the largest
+    ``n_perfect_sizes`` sizes at exactly 100 %."""
+    error = _noisy(0.35, seed=3) * 0.4
+    perfect = np.isin(X, np.unique(X)[-n_perfect_sizes:])
+    trials = pd.DataFrame({"n_params": X, METRIC: np.where(perfect, 1.0, 1 - error)})
+    return trials if test_size is None else trials.assign(**{"data.test_size": test_size})
+
+
+def _fit_block(trials: pd.DataFrame):
+    (spec,) = table_specs_from_block(
+        {"name": "size", "rows": ["n_params"], "values": [METRIC],
+         "fit": {"x": "n_params", "y": METRIC}}
+    )  # fmt: skip
+    return spec, table_fits(trials, [spec])["size"]
+
+
+@pytest.mark.parametrize("n_perfect_sizes", [2, 3])
+def test_trials_at_100_percent_are_fitted_at_the_set_resolution(n_perfect_sizes):
+    trials = _perfect_at_the_top(n_perfect_sizes, test_size=2000)
+    spec, (group,) = _fit_block(trials)
+    n_perfect = 3 * n_perfect_sizes
+    assert group.error is None and group.fit is not None
+    assert (group.fit.n_points, group.fit.n_floored, group.fit.n_x) == (18, n_perfect, 6)
+    line = fit_note([group], spec)
+    floored = f"{n_perfect} at 100 % fitted at an error of 0.5 / data.test_size"
+    assert f"over 18 trials (6 distinct n_params, {floored})" in line
+    assert fit_columns(group.fit)["n_floored"] == n_perfect
+    error, at_floor = floored_error(trials, METRIC)
+    assert at_floor.sum() == n_perfect and (error[at_floor] == 0.5 / 2000).all()
+
+
+def test_zeros_without_a_set_size_are_counted_where_the_fit_is_refused():
+    _, (group,) = _fit_block(_perfect_at_the_top(3, test_size=None))
+    assert group.fit is None
+    assert group.error == (
+        "fit: n_params has 3 distinct value(s) with a positive result (9 at 0 left out: no "
+        "data.test_size to floor them), but fitting y = E + A*x^(-alpha) needs at least 4"
+    )
+
+
+def test_size_plot_rings_the_floored_trials():
+    trials = _perfect_at_the_top(2, test_size=2000)
+    trials["trial_id"] = [f"t{i}" for i in range(len(trials))]
+    spec, groups = _fit_block(trials)
+    empty = pd.DataFrame(columns=["trial_id", "metric", "step", "value"])
+    figure = plots.plots_for(trials, empty, METRIC, [spec], {"size": groups})
+    ax = figure["exact_match_vs_params"].axes[0]
+    (ring,) = [c for c in ax.collections if c.get_gid() == "floored"]
+    perfect = trials[trials[METRIC] == 1.0]
+    drawn = sorted(map(tuple, ring.get_offsets()))
+    assert drawn == sorted(zip(perfect.n_params, perfect[METRIC], strict=True))
+    assert "100 %, fitted at error 0.5 / data.test_size (6)" in [
+        t.get_text() for t in ax.get_legend().texts
+    ]
+    without_fit = plots.exact_match_vs_params(trials, METRIC)
+    assert not [c for c in without_fit.axes[0].collections if c.get_gid() == "floored"]

@@ -220,10 +220,34 @@ def test_plots_for_width_depth_sweep(tmp_path):
     )
     figures = plots.plots_for(trials, curves, METRIC)
     assert set(figures) == {"exact_match_vs_params", "width_x_depth", "training_curves"}
-    for stem, figure in figures.items():
-        path = tmp_path / f"{stem}.png"
-        figure.savefig(path, dpi=80)
-        assert path.stat().st_size > 5_000
+    cells = trials.groupby(["model.d_model", "model.n_layer"])
+    means = cells[METRIC].mean()
+    # one marker per cell at (its parameters, its mean over seeds)
+    size = figures["exact_match_vs_params"].axes[0]
+    expected = sorted(zip(cells["n_params"].first(), means, strict=True))
+    np.testing.assert_allclose(drawn_cell_points(size), expected)
+    assert (size.get_xlabel(), size.get_ylabel()) == ("parameters (n_params)", METRIC)
+    # the heatmap: width on y, depth on x, each cell's mean written in it
+    heat = figures["width_x_depth"].axes[0]
+    assert (heat.get_ylabel(), heat.get_xlabel()) == ("model.d_model", "model.n_layer")
+    assert [t.get_text() for t in heat.get_xticklabels()] == ["1", "2"]
+    assert [t.get_text() for t in heat.get_yticklabels()] == ["64", "128"]
+    written = sorted(float(t.get_text().split("\n")[0]) for t in heat.texts)
+    assert written == pytest.approx(sorted(means.round(3)))
+    # a line per trial per panel, through that trial's curve
+    panels = figures["training_curves"].axes
+    assert [ax.get_ylabel() for ax in panels] == ["val/exact_match", "train/loss"]
+    lines = {line.get_label().split(" ")[0]: line for line in panels[0].get_lines()}
+    assert sorted(lines) == sorted(trials["trial_id"])
+    assert list(lines["t0000"].get_ydata()) == pytest.approx([0.3, 0.6, 0.9])
+    figures["width_x_depth"].savefig(tmp_path / "width_x_depth.png", dpi=80)
+
+
+def drawn_cell_points(ax) -> list[tuple[float, float]]:
+    """The (x, y) of every cell marker exact_match_vs_params drew (errorbar's data lines)."""
+    markers = [line for line in ax.get_lines() if line.get_marker() in plots.MARKERS]
+    points = [(x, y) for line in markers for x, y in line.get_xydata()]
+    return sorted((float(x), float(y)) for x, y in points)
 
 
 def test_batch_lr_heatmap_bins_a_random_search_lr(tmp_path):
