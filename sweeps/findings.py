@@ -230,6 +230,35 @@ def not_run_section(claim: Claim) -> str:
     )
 
 
+KEPT_NOTE = (
+    "_Kept from the previous report: this space has no run in this MLflow store, so its section "
+    "(figures, time and command) is the earlier run's, unchanged; "
+    "`python -m sweeps.findings {space} --run` measures it again._"
+)
+
+
+def previous_sections(report: Path) -> dict[str, str]:
+    """The sections of an earlier report by space, so that refreshing some spaces keeps the
+    others measured before (a store need not hold every space's run)."""
+    if not report.is_file():
+        return {}
+    sections = {}
+    for part in report.read_text(encoding="utf-8").split("\n## ")[1:]:
+        space, _, body = part.partition("\n")
+        if "_Not run yet:" not in body:
+            sections[space.strip()] = f"## {space.strip()}\n{body.rstrip()}\n"
+    return sections
+
+
+def kept_section(space: str, text: str) -> str:
+    """An earlier section marked as kept (once, however often it is kept again)."""
+    note = KEPT_NOTE.format(space=space)
+    if note in text:
+        return text
+    heading, _, body = text.partition("\n")
+    return f"{heading}\n\n{note}\n{body}"
+
+
 def _generic(space: str) -> Claim:
     return Claim(space, "-", "no seed claim is registered for this space.", lambda frames: [])
 
@@ -245,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     to_run = set(args.spaces or CLAIMS)
     spaces = [*CLAIMS, *(s for s in args.spaces if s not in CLAIMS)]
     plots_dir = out / "findings"
+    earlier = previous_sections(out / "findings.md")
     sections = []
     try:
         for space in spaces:
@@ -259,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                     run_space(spec, sweep, [*args.overrides, *sets], results, uri)
             frames, parts = {}, []
             if not _has_run(sweeps["main"][0], results, uri):
-                sections.append(not_run_section(claim))
+                kept = earlier.get(space)
+                sections.append(kept_section(space, kept) if kept else not_run_section(claim))
                 continue
             for key, (sweep, _) in sweeps.items():
                 trials, tables, record, figure = collect_sweep(sweep, results, uri, claim.plot)

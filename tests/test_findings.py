@@ -329,3 +329,25 @@ def test_report_says_its_bests_are_chosen_on_validation(tmp_path):
     report = (tmp_path / "docs" / "findings.md").read_text()
     assert "Every best cell, shape or arm is chosen on validation (val/exact_match" in report
     assert f"(parent run {older})" in report  # the state file's parent, not the newest
+
+
+def test_a_space_not_in_this_store_keeps_its_earlier_section_marked_as_kept(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    earlier = (
+        "# Findings\n\nheader\n\n## grokking\n\n**Seed 003, claimed:** groks.\n\n"
+        "- weight decay 1: 3 of 3 seeds grok.\n\nMeasured: 596 s.\n\n"
+        "## batch_lr\n\n**Seed 003, claimed:** x.\n\n_Not run yet: `...`._\n"
+    )
+    (docs / "findings.md").write_text(earlier)
+    args = ["--results", str(tmp_path / "results"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]
+    assert findings.main([*args, "--out", str(docs)]) == 0
+    report = (docs / "findings.md").read_text()
+    grokking = report.split("\n## grokking\n")[1].split("\n## ")[0]
+    assert "- weight decay 1: 3 of 3 seeds grok." in grokking  # the earlier figures, unchanged
+    assert "Measured: 596 s." in grokking
+    assert grokking.count("_Kept from the previous report") == 1
+    # A section that was never measured stays "not run", and keeping twice marks once.
+    assert "_Kept" not in report.split("\n## batch_lr\n")[1].split("\n## ")[0]
+    assert findings.main([*args, "--out", str(docs)]) == 0
+    assert (docs / "findings.md").read_text().count("_Kept from the previous report") == 1
