@@ -69,6 +69,7 @@ class RunConfig:
             "data.carry_size",
             f"the carry set holds additions, but task.name is {task!r}",
         )
+        self.data.check_task(self.task)
 
     def to_dict(self) -> dict[str, Any]:
         return dataconf.to_dict(self)

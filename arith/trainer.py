@@ -137,8 +137,8 @@ def reported_metrics(config: RunConfig) -> set[str]:
     names |= {"tokens", "flops"}
     names |= {"best/" + config.train.monitor, "train/steps_to_100pct", "val/steps_to_threshold"}
     sets = ["val", "test"]
-    if config.data.longer_n_digits:
-        sets.append("longer")
+    longer = {"longer": config.data.longer_n_digits, "longer_val": config.data.longer_val_n_digits}
+    sets += [name for name, lo_hi in longer.items() if lo_hi]
     if config.data.edge_cases and tasks.edge_cases(config.task) is not None:
         sets.append("edge")
     if config.data.carry_size:
@@ -150,19 +150,20 @@ def reported_metrics(config: RunConfig) -> set[str]:
             names.add(f"{name}/normalised_match")
     if config.data.ood_spacing:
         names |= {"ood/exact_match", "ood/normalised_match", "ood/short_answers"}
+    for name in [*sets, *(["ood"] if config.data.ood_spacing else [])]:  # Dataset.data_metrics
+        names |= {f"data/{name}/{key}" for key in ("size", "dropped", "train_overlap")}
     if config.task.name in ("multi_op", "modular"):
         for symbol in tasks.op_symbols(config.task):
             names |= {f"{s}/exact_match/{OP_NAMES[symbol]}" for s in sets}
-    longest = max([config.task.n_digits, *(config.data.longer_n_digits or ())])
+    longest = config.data.longest_operand(config.task)
     for s in sets:  # by longest carry / borrow chain (arith.carries)
         names |= {f"{s}/{key}" for key in carry_metric_names(config.task, longest)}
     if config.task.name in ("addition", "multiplication", "sorting"):
         # per longest-operand length, reported where a set has several lengths
         trained = range(1, config.task.n_digits + 1)
-        lengths = {(s, n) for s in sets if s != "longer" for n in trained}
-        if config.data.longer_n_digits:
-            lo, hi = config.data.longer_n_digits
-            lengths |= {("longer", n) for n in range(lo, hi + 1)}
+        lengths = {(s, n) for s in sets if s not in longer for n in trained}
+        for s, lo_hi in longer.items():
+            lengths |= {(s, n) for n in range(lo_hi[0], lo_hi[1] + 1)} if lo_hi else set()
         names |= {f"{s}/exact_match/len_{n}" for s, n in lengths}
     return names
 
@@ -497,6 +498,7 @@ def _evaluate_member(
         m.final_weights = "best" if m.best_weights is not None else "last"
         weights_step = m.best_step if m.best_weights is not None else step
         metrics.update(_final_sets(model, m.dataset, device))
+        metrics.update(m.dataset.data_metrics())  # sizes and training overlap of each set
         metrics["final_weights_step"] = weights_step
         metrics["done"] = 1
         if model_dir is not None:
