@@ -66,7 +66,13 @@ def pick_device(name: str) -> torch.device:
 
 def build_model(config: RunConfig, dataset: Dataset) -> model_lib.GPT:
     fmt = dataset.format
-    return model_lib.GPT(config.model, len(fmt.vocab), dataset.max_seq_len(), fmt.digit_ids)
+    return model_lib.GPT(
+        config.model,
+        len(fmt.vocab),
+        dataset.max_seq_len(),
+        fmt.digit_ids,
+        train_seq_len=dataset.train_seq_len(),
+    )
 
 
 def step_cost(config: RunConfig) -> dict[str, int]:
@@ -106,7 +112,7 @@ def describe(config: RunConfig) -> dict[str, Any]:
     if config.data.ood_spacing:
         spaced = build_format(FormatConfig(name="spaced"), config.task)
         seq_len = max(seq_len, spaced.max_seq_len())
-    counts = model_lib.n_params(config.model, len(fmt.vocab), seq_len)
+    counts = model_lib.n_params(config.model, len(fmt.vocab), fmt.max_seq_len())
     cost = step_cost(config)
     steps = planned_steps(config)
     return {
@@ -345,7 +351,9 @@ def train_pack(
     del built
     optimizer = PackedAdamW(model, [c.optim for c in configs], [m.max_steps for m in members])
     dataset, n_members = members[0].dataset, len(members)
-    counts = model_lib.n_params(configs[0].model, len(dataset.format.vocab), dataset.max_seq_len())
+    counts = model_lib.n_params(
+        configs[0].model, len(dataset.format.vocab), dataset.train_seq_len()
+    )
     autocast = _autocast(device, first.precision)
     peak = first.peak_flops or _known_peak(device, autocast)
     for member in members:
