@@ -26,7 +26,7 @@ from arith import tasks
 from arith.data import BatchSource, Dataset, build_dataset, sample_split
 from arith.errors import ConfigError, require
 from arith.evaluate import OP_NAMES, carry_metric_names, evaluate_set
-from arith.formats import FormatConfig, build_format
+from arith.formats import FormatConfig, build_format, longest_digit_run
 from arith.optim import PackedAdamW
 from arith.stopping import LoopState
 from arith.trainconf import DEFAULT_MAX_STEPS, TrainConfig
@@ -360,7 +360,10 @@ def train_pack(
         member.meter.peak_flops = peak
     forward = torch.compile(model) if first.compile else model
     abacus = configs[0].model.position == "abacus"
-    max_digits = max(configs[0].task.n_digits, 1)
+    # the longest digit run the format writes, at least k + 1 as before (arith.formats)
+    max_run = max(
+        configs[0].task.n_digits + 1, longest_digit_run(configs[0].format, configs[0].task)
+    )
     pad_id = dataset.format.pad_id
 
     if resume_from is not None:
@@ -428,7 +431,7 @@ def train_pack(
             x, y, keep = m.batches.next_batch(device)
             inputs.append(x), targets.append(y), mask.append(keep)
             if abacus:  # McLeish et al. 2024: random shift so long numbers meet trained indices
-                high = max(1, m.config.model.abacus_max_k - max_digits - 1)
+                high = max(1, m.config.model.abacus_max_k - max_run)
                 offsets.append(torch.randint(0, high, (x.shape[0],), generator=m.generator))
         inputs, targets = _stack_rows(inputs, pad_id), _stack_rows(targets, pad_id)
         mask = _stack_rows(mask, False)
