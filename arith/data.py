@@ -156,6 +156,7 @@ class Dataset:
     """Per evaluation set: its size, what filtering dropped, its overlap with training."""
     notes: list[str] = field(default_factory=list)
     """What a reader should know about the sets (a set left out, a set short of its size)."""
+    _pool_keys: tuple[Problems, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     def format_of(self, name: str) -> Format:
         return self.eval_formats.get(name, self.format)
@@ -177,9 +178,17 @@ class Dataset:
         a problem of trained operand lengths whose key hashes to the training split."""
         keys = problems.keys()
         if self.enumerated:
-            return np.isin(keys, self.train_pool.keys())
+            pool = self._sorted_pool_keys()
+            at = np.searchsorted(pool, keys).clip(max=len(pool) - 1)  # a pool is never empty
+            return pool[at] == keys
         within = problems.operand_len.max(axis=1) <= tasks.operand_width(self.task)
         return within & (split_of(keys, self.split_salt, *self.split_fractions) == 0)
+
+    def _sorted_pool_keys(self) -> np.ndarray:
+        """The training pool's keys, sorted once (hashing a big pool takes a while)."""
+        if self._pool_keys is None or self._pool_keys[0] is not self.train_pool:
+            self._pool_keys = (self.train_pool, np.sort(self.train_pool.keys()))
+        return self._pool_keys[1]
 
     def add_set(self, name: str, problems: Problems, before: int | None = None) -> None:
         """Add evaluation set ``name`` without its training problems, and record what that
@@ -195,6 +204,7 @@ class Dataset:
         self.eval_sets[name] = kept
 
     def note(self, text: str) -> None:
+        """Keep ``text`` and warn with it, so a run's log (a trial's, under a sweep) shows it."""
         self.notes.append(text)
         warnings.warn(text, stacklevel=3)
 
