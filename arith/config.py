@@ -21,7 +21,7 @@ import yaml
 from arith import dataconf
 from arith.data import DataConfig
 from arith.errors import ConfigError, require
-from arith.formats import FormatConfig
+from arith.formats import FormatConfig, check_abacus_rows
 from arith.model import ModelConfig
 from arith.optim import OptimConfig
 from arith.tasks import TaskConfig
@@ -69,6 +69,10 @@ class RunConfig:
             "data.carry_size",
             f"the carry set holds additions, but task.name is {task!r}",
         )
+        self.data.check_task(self.task)
+        if pos == "abacus":
+            longest = self.data.longest_operand(self.task)
+            check_abacus_rows(self.format, self.task, self.model.abacus_max_k, longest)
 
     def to_dict(self) -> dict[str, Any]:
         return dataconf.to_dict(self)

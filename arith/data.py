@@ -4,10 +4,16 @@ Small problem spaces (modular arithmetic, 3-digit multi-op, addition up to k=3) 
 and every problem is assigned to exactly one split. Huge spaces (20-digit addition) are sampled,
 and a problem is kept for a split only if its key hashes there, so no problem can reach two
 splits whatever the sample sizes.
+
+The extra sets (``edge``, ``longer``, ``longer_val``, ``ood``, ``carry``) are drawn apart from
+the splits, so each is filtered against training afterwards: a training problem is dropped, and
+``Dataset.records`` keeps per set its size, what was dropped and its overlap with training
+measured again on what was kept (``data/<set>/...`` metrics).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +48,12 @@ class DataConfig:
     """``[lo, hi]``: also evaluate on operands of lo..hi digits, longer than trained (seed 001)."""
     longer_size: int = 500
     """Problems in the longer-operand set."""
+    longer_val_n_digits: tuple[int, ...] | None = None
+    """``[lo, hi]``: a validation set of longer operands, ``longer_val/`` metrics, for choosing
+    a method's hyperparameters on lengths other than the reported ``longer`` ones; its range
+    must not overlap ``longer_n_digits``."""
+    longer_val_size: int = 500
+    """Problems in the longer-operand validation set."""
     edge_cases: bool = True
     """Also evaluate on carry edge cases such as ``999999 + 1`` where the task has them."""
     carry_size: int = 0
@@ -67,15 +79,60 @@ class DataConfig:
             f"val_fraction + test_fraction must leave room for training, "
             f"but they add up to {self.val_fraction + self.test_fraction}",
         )
-        if self.longer_n_digits is not None:
-            lo_hi = self.longer_n_digits
+        for name in ("longer_n_digits", "longer_val_n_digits"):
+            lo_hi = getattr(self, name)
             require(
-                len(lo_hi) == 2 and 1 <= lo_hi[0] <= lo_hi[1] <= 200,
-                "data.longer_n_digits",
-                f"expected [lo, hi] with 1 <= lo <= hi <= 200, but got {list(lo_hi)}",
+                lo_hi is None or (len(lo_hi) == 2 and 1 <= lo_hi[0] <= lo_hi[1] <= 200),
+                f"data.{name}",
+                f"expected [lo, hi] with 1 <= lo <= hi <= 200, but got {list(lo_hi or ())}",
             )
         require(self.longer_size >= 1, "data.longer_size", f"must be >= 1, got {self.longer_size}")
+        require(
+            self.longer_val_size >= 1,
+            "data.longer_val_size",
+            f"must be >= 1, got {self.longer_val_size}",
+        )
+        if self.longer_n_digits and self.longer_val_n_digits:
+            (lo, hi), (vlo, vhi) = self.longer_n_digits, self.longer_val_n_digits
+            require(
+                vhi < lo or vlo > hi,
+                "data.longer_val_n_digits",
+                f"must not overlap the reported data.longer_n_digits={[lo, hi]}, "
+                f"but got {[vlo, vhi]}",
+            )
         require(self.carry_size >= 0, "data.carry_size", f"must be >= 0, got {self.carry_size}")
+
+    def check_task(self, task: TaskConfig) -> None:
+        """ConfigError unless every longer set is longer than any trained operand."""
+        trained = tasks.operand_width(task)
+        for name in ("longer_n_digits", "longer_val_n_digits"):
+            lo_hi = getattr(self, name)
+            require(
+                lo_hi is None or lo_hi[0] > trained,
+                f"data.{name}",
+                f"must start above the {trained} digits training reaches "
+                f"(task.n_digits), but got {list(lo_hi or ())}",
+            )
+
+    def longest_operand(self, task: TaskConfig) -> int:
+        """Digits of the longest operand any set holds (training or evaluation)."""
+        ranges = [r for r in (self.longer_n_digits, self.longer_val_n_digits) if r is not None]
+        return max([tasks.operand_width(task), *(hi for _, hi in ranges)])
+
+
+@dataclass(frozen=True)
+class SetRecord:
+    """What filtering one evaluation set against training did (``data/<set>/...`` metrics)."""
+
+    before: int
+    """Problems drawn (for ``carry``: asked for, ``data.carry_size`` per chain)."""
+    dropped: int
+    """Problems left out as training problems (``carry``: short of what was asked)."""
+    size: int
+    """Problems the set holds."""
+    train_overlap: int
+    """Problems of the set training can draw, counted again after filtering: 0 unless the
+    filter is wrong."""
 
 
 @dataclass
@@ -87,21 +144,78 @@ class Dataset:
     train_pool: Problems | None
     """Fixed training problems, or ``None`` when training draws fresh problems each step."""
     eval_sets: dict[str, Problems] = field(default_factory=dict)
-    """``val``, ``test`` and extras (``ood``, ``longer``, ``edge``) by name."""
+    """``val``, ``test`` and extras (``ood``, ``longer``, ``longer_val``, ``edge``, ``carry``)."""
     eval_formats: dict[str, Format] = field(default_factory=dict)
     """A set's own format where it differs from the training one (``ood`` is spaced)."""
     split_salt: int = 0
+    split_fractions: tuple[float, float] = (0.15, 0.15)
+    """``data.val_fraction`` and ``data.test_fraction``: where a key hashes to (``split_of``)."""
+    enumerated: bool = False
+    """The training pool is a whole enumerated split (else training problems hash to split 0)."""
+    records: dict[str, SetRecord] = field(default_factory=dict)
+    """Per evaluation set: its size, what filtering dropped, its overlap with training."""
+    notes: list[str] = field(default_factory=list)
+    """What a reader should know about the sets (a set left out, a set short of its size)."""
+    _pool_keys: tuple[Problems, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     def format_of(self, name: str) -> Format:
         return self.eval_formats.get(name, self.format)
 
+    def train_seq_len(self) -> int:
+        """Longest training sequence: the positions a learned table trains."""
+        return self.format.max_seq_len()
+
     def max_seq_len(self) -> int:
         """Longest sequence any set can produce: the model's context length."""
-        lengths = [self.format.max_seq_len()]
+        lengths = [self.train_seq_len()]
         for name, problems in self.eval_sets.items():
             widest = int(problems.operand_len.max()) if len(problems) else 1
             lengths.append(self.format_of(name).max_seq_len(max(widest, self.task.n_digits)))
         return max(lengths)
+
+    def is_training(self, problems: Problems) -> np.ndarray:
+        """(N,) True where training can draw the problem: a member of an enumerated pool, or
+        a problem of trained operand lengths whose key hashes to the training split."""
+        keys = problems.keys()
+        if self.enumerated:
+            pool = self._sorted_pool_keys()
+            at = np.searchsorted(pool, keys).clip(max=len(pool) - 1)  # a pool is never empty
+            return pool[at] == keys
+        within = problems.operand_len.max(axis=1) <= tasks.operand_width(self.task)
+        return within & (split_of(keys, self.split_salt, *self.split_fractions) == 0)
+
+    def _sorted_pool_keys(self) -> np.ndarray:
+        """The training pool's keys, sorted once (hashing a big pool takes a while)."""
+        if self._pool_keys is None or self._pool_keys[0] is not self.train_pool:
+            self._pool_keys = (self.train_pool, np.sort(self.train_pool.keys()))
+        return self._pool_keys[1]
+
+    def add_set(self, name: str, problems: Problems, before: int | None = None) -> None:
+        """Add evaluation set ``name`` without its training problems, and record what that
+        dropped; a set left empty is left out with a note. ``before``: the size asked for, if
+        the set may come back short of it."""
+        kept = problems.take(np.flatnonzero(~self.is_training(problems)))
+        before = len(problems) if before is None else before
+        overlap = int(self.is_training(kept).sum())
+        self.records[name] = SetRecord(before, before - len(kept), len(kept), overlap)
+        if len(kept) == 0:
+            self.note(f"the {name} set is left out: all {before} of its problems are training ones")
+            return
+        self.eval_sets[name] = kept
+
+    def note(self, text: str) -> None:
+        """Keep ``text`` and warn with it, so a run's log (a trial's, under a sweep) shows it."""
+        self.notes.append(text)
+        warnings.warn(text, stacklevel=3)
+
+    def data_metrics(self) -> dict[str, int]:
+        """``data/<set>/size``, ``data/<set>/dropped`` and ``data/<set>/train_overlap``."""
+        out: dict[str, int] = {}
+        for name, record in self.records.items():
+            out[f"data/{name}/size"] = record.size
+            out[f"data/{name}/dropped"] = record.dropped
+            out[f"data/{name}/train_overlap"] = record.train_overlap
+        return out
 
 
 def split_of(keys: np.ndarray, salt: int, val_fraction: float, test_fraction: float) -> np.ndarray:
@@ -118,46 +232,64 @@ def build_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: i
     data_seed = seed if data.seed is None else data.seed
     rng = np.random.default_rng([data_seed, 1])
     salt = int(np.random.default_rng([data_seed, 2]).integers(0, 2**63))
-    dataset = Dataset(task=task, format=build_format(fmt, task), train_pool=None, split_salt=salt)
-    if tasks.space_size(task) is not None:
+    dataset = Dataset(
+        task=task,
+        format=build_format(fmt, task),
+        train_pool=None,
+        split_salt=salt,
+        split_fractions=(data.val_fraction, data.test_fraction),
+        enumerated=tasks.space_size(task) is not None,
+    )
+    if dataset.enumerated:
         splits = _enumerated_splits(task, data, rng)
         train = splits["train"]
         if data.train_size is not None and data.train_size < len(train):
             train = train.take(rng.permutation(len(train))[: data.train_size])
         dataset.train_pool = train
-        dataset.eval_sets["val"] = splits["val"].take(
-            np.arange(min(data.val_size, len(splits["val"])))
-        )
-        dataset.eval_sets["test"] = splits["test"].take(
-            np.arange(min(data.test_size, len(splits["test"])))
-        )
+        for name, size in (("val", data.val_size), ("test", data.test_size)):
+            dataset.add_set(name, splits[name].take(np.arange(min(size, len(splits[name])))))
     else:
         if data.train_size is not None:
             dataset.train_pool = sample_split(task, data, salt, 0, data.train_size, rng)
-        dataset.eval_sets["val"] = sample_split(task, data, salt, 1, data.val_size, rng)
-        dataset.eval_sets["test"] = sample_split(task, data, salt, 2, data.test_size, rng)
+        dataset.add_set("val", sample_split(task, data, salt, 1, data.val_size, rng))
+        dataset.add_set("test", sample_split(task, data, salt, 2, data.test_size, rng))
+    _add_extra_sets(dataset, data, rng, data_seed)
+    return dataset
+
+
+def _add_extra_sets(
+    dataset: Dataset, data: DataConfig, rng: np.random.Generator, data_seed: int
+) -> None:
+    """``ood``, ``longer``, ``carry``, ``edge`` and ``longer_val``, each without training
+    problems. ``longer_val`` draws from its own stream, so adding it changes no other set."""
+    task = dataset.task
     if data.ood_spacing:
-        dataset.eval_sets["ood"] = dataset.eval_sets["test"]
+        dataset.add_set("ood", dataset.eval_sets["test"])
         dataset.eval_formats["ood"] = build_format(FormatConfig(name="spaced"), task)
     if data.longer_n_digits is not None:
         lo, hi = data.longer_n_digits
-        dataset.eval_sets["longer"] = tasks.sample(task, data.longer_size, rng, n_digits=(lo, hi))
+        dataset.add_set("longer", tasks.sample(task, data.longer_size, rng, n_digits=(lo, hi)))
     if data.carry_size:
-        dataset.eval_sets["carry"] = _carry_set(dataset, data, rng)
+        dataset.add_set(
+            "carry", _carry_set(dataset, data, rng), data.carry_size * (task.n_digits + 1)
+        )
     edge = tasks.edge_cases(task) if data.edge_cases else None
     if edge is not None and len(edge):
-        dataset.eval_sets["edge"] = edge
-    return dataset
+        dataset.add_set("edge", edge)
+    if data.longer_val_n_digits is not None:
+        lo, hi = data.longer_val_n_digits
+        own_rng = np.random.default_rng([data_seed, 5])
+        dataset.add_set("longer_val", tasks.sample(task, data.longer_val_size, own_rng, (lo, hi)))
 
 
 def _carry_set(dataset: Dataset, data: DataConfig, rng: np.random.Generator) -> Problems:
     """``data.carry_size`` held-out additions per longest carry chain 0..k (arith.carries).
 
-    Candidates that are training problems are dropped (the training split of an enumerated
-    space, the keys that hash to training otherwise), so the set never tests memorisation.
+    Candidates that are training problems are dropped (``Dataset.is_training``), so the set
+    never tests memorisation. A small space may not hold enough held-out problems of a chain
+    (1-digit sums: 100 problems in all): the set then comes back short, with a note.
     """
     task = dataset.task
-    train_keys = None if dataset.train_pool is None else dataset.train_pool.keys()
     per_chain: dict[int, list[Problems]] = {c: [] for c in range(task.n_digits + 1)}
     seen: set[int] = set()
     for _ in range(100):  # a few rounds; each keeps about 70 % or more of its candidates
@@ -168,11 +300,7 @@ def _carry_set(dataset: Dataset, data: DataConfig, rng: np.random.Generator) -> 
             task, carries.stratified_operands(task.n_digits, max(missing.values()) * 2, rng)
         )
         keys = batch.keys()
-        if tasks.space_size(task) is not None:  # enumerated: the training split is the pool
-            held_out = ~np.isin(keys, train_keys)
-        else:
-            split = split_of(keys, dataset.split_salt, data.val_fraction, data.test_fraction)
-            held_out = split != 0
+        held_out = ~dataset.is_training(batch)
         fresh = np.zeros(len(keys), dtype=bool)  # each problem once (small spaces repeat)
         fresh[np.unique(keys, return_index=True)[1]] = True
         fresh &= ~np.isin(keys, np.fromiter(seen, np.uint64, len(seen)))
@@ -181,6 +309,13 @@ def _carry_set(dataset: Dataset, data: DataConfig, rng: np.random.Generator) -> 
             rows = np.flatnonzero(held_out & fresh & (chain == c))[: max(need, 0)]
             per_chain[c].append(batch.take(rows))
             seen.update(keys[rows].tolist())
+    got = {c: sum(map(len, parts)) for c, parts in per_chain.items()}
+    short = {c: n for c, n in got.items() if n < data.carry_size}
+    if short:
+        dataset.note(
+            f"the carry set holds fewer than data.carry_size={data.carry_size} problems for "
+            f"carry chains {sorted(short)} ({short}): the other problems are training ones"
+        )
     return Problems.concat([p for parts in per_chain.values() for p in parts])
 
 

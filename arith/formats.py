@@ -102,6 +102,38 @@ def build_format(fmt: FormatConfig, task: TaskConfig) -> Format:
     return Format(fmt, task)
 
 
+def longest_digit_run(fmt: FormatConfig, task: TaskConfig, n_digits: int | None = None) -> int:
+    """Longest run of consecutive digit tokens the format writes (``n_digits`` overrides k).
+
+    Abacus positions index a digit within its run, so this is the table rows a problem needs:
+    reversed 10-digit multiplication writes 20 answer digits, carry_trace writes three digits
+    per answer digit (31 digits for 10-digit addition); spaced breaks runs after three digits.
+    """
+    k = operand_width(task, n_digits)
+    widest = k if task.name == "sorting" else max(k, max_answer_digits(task, k))
+    if fmt.name == "carry_trace":
+        return max(k, 3 * max_answer_digits(task, k))
+    if fmt.name == "spaced":
+        return min(3, widest)
+    if fmt.name == "base100":
+        return (widest + 1) // 2
+    return widest
+
+
+def check_abacus_rows(
+    fmt: FormatConfig, task: TaskConfig, abacus_max_k: int, longest_operand: int
+) -> None:
+    """ConfigError unless the Abacus table has a row for every digit of every set: a digit past
+    ``abacus_max_k`` would share the last row with every other one."""
+    run = longest_digit_run(fmt, task, longest_operand)
+    require(
+        run <= abacus_max_k,
+        "model.abacus_max_k",
+        f"must be >= {run}, the longest run of digits {fmt.name} writes for "
+        f"{longest_operand}-digit {task.name}, but got {abacus_max_k}",
+    )
+
+
 def _max_mul_carry(k: int) -> int:
     """Largest column carry of k-digit schoolbook multiplication (all nines maximise each column).
 

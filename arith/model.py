@@ -156,7 +156,12 @@ class ModelConfig:
 
 
 def n_params(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> dict[str, int]:
-    """Parameter counts without building the model: total and non-embedding (Kaplan et al.)."""
+    """Parameter counts without building the model: total and non-embedding (Kaplan et al.).
+
+    ``max_seq_len`` is the length training reaches (``Dataset.train_seq_len``): a learned table
+    also holds rows for longer evaluation sets, but those are never trained, so they are not
+    counted and two runs that differ only in what they evaluate count the same.
+    """
     d, h, b = cfg.d_model, cfg.hidden, int(cfg.bias)
     attn = d * 3 * d + 3 * d * b + d * d + d * b
     if cfg.position == "abacus_bias":
@@ -248,6 +253,9 @@ class MemberLayerNorm(nn.Module):
         y = F.layer_norm(x, (d,)) * self.weight[:, None, :]
         return y if self.bias is None else y + self.bias[:, None, :]
 
+
+EVAL_ROWS_SEED = 0x5EEDE7A10FED
+"""Mixed into the run's seed for the learned position rows only evaluation reaches."""
 
 ROW_BIAS_GAIN = 10.0
 """``abacus_bias`` multiplies its stored bias by this. AdamW moves a parameter by about lr per
@@ -390,9 +398,12 @@ class GPT(nn.Module):
         max_seq_len: int,
         digit_ids: tuple[int, ...] = (),
         members: int = 1,
+        train_seq_len: int | None = None,
     ) -> None:
         super().__init__()
         self.cfg, self.vocab_size, self.max_seq_len = cfg, vocab_size, max_seq_len
+        # learned positions past train_seq_len exist only for longer evaluation sets
+        self.train_seq_len = min(train_seq_len or max_seq_len, max_seq_len)
         self.members = members
         # a tuple, not cfg.dropout: members of a pack may each have their own rate
         self.dropout_rates = (cfg.dropout,) * members
@@ -415,12 +426,31 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):
                 nn.init.normal_(p, 0.0, cfg.init_std / math.sqrt(2 * cfg.n_layer))
+        self._init_evaluation_positions()
 
     def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, MemberLinear | MemberEmbedding):
+        if module is getattr(self, "wpe", None) and self.train_seq_len < self.max_seq_len:
+            # only the rows training reaches, from the same stream as every other parameter
+            nn.init.normal_(module.weight[:, : self.train_seq_len], 0.0, self.cfg.init_std)
+        elif isinstance(module, MemberLinear | MemberEmbedding):
             nn.init.normal_(module.weight, 0.0, self.cfg.init_std)
         if isinstance(module, MemberLinear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+
+    def _init_evaluation_positions(self) -> None:
+        """Draw the learned position rows only longer evaluation sets reach from a generator of
+        their own, last: a model's initial weights then do not depend on what it is evaluated
+        on, and the global stream (later: dropout) is left where training alone leaves it."""
+        if self.cfg.position != "learned" or self.train_seq_len == self.max_seq_len:
+            return
+        extra = self.wpe.weight[:, self.train_seq_len :]
+        if extra.is_meta:
+            return
+        # the run's seed, scrambled: seeded as is, these rows would repeat wte's first draws
+        generator = torch.Generator().manual_seed(torch.initial_seed() ^ EVAL_ROWS_SEED)
+        with torch.no_grad():
+            drawn = torch.randn(extra.shape, generator=generator) * self.cfg.init_std
+            extra.copy_(drawn)
 
     @classmethod
     def stack(cls, models: list[GPT]) -> GPT:

@@ -26,7 +26,7 @@ from arith import tasks
 from arith.data import BatchSource, Dataset, build_dataset, sample_split
 from arith.errors import ConfigError, require
 from arith.evaluate import OP_NAMES, carry_metric_names, evaluate_set
-from arith.formats import FormatConfig, build_format
+from arith.formats import FormatConfig, build_format, longest_digit_run
 from arith.optim import PackedAdamW
 from arith.stopping import LoopState
 from arith.trainconf import DEFAULT_MAX_STEPS, TrainConfig
@@ -66,7 +66,13 @@ def pick_device(name: str) -> torch.device:
 
 def build_model(config: RunConfig, dataset: Dataset) -> model_lib.GPT:
     fmt = dataset.format
-    return model_lib.GPT(config.model, len(fmt.vocab), dataset.max_seq_len(), fmt.digit_ids)
+    return model_lib.GPT(
+        config.model,
+        len(fmt.vocab),
+        dataset.max_seq_len(),
+        fmt.digit_ids,
+        train_seq_len=dataset.train_seq_len(),
+    )
 
 
 def step_cost(config: RunConfig) -> dict[str, int]:
@@ -106,7 +112,7 @@ def describe(config: RunConfig) -> dict[str, Any]:
     if config.data.ood_spacing:
         spaced = build_format(FormatConfig(name="spaced"), config.task)
         seq_len = max(seq_len, spaced.max_seq_len())
-    counts = model_lib.n_params(config.model, len(fmt.vocab), seq_len)
+    counts = model_lib.n_params(config.model, len(fmt.vocab), fmt.max_seq_len())
     cost = step_cost(config)
     steps = planned_steps(config)
     return {
@@ -138,8 +144,8 @@ def reported_metrics(config: RunConfig) -> set[str]:
     names |= {"tokens", "flops"}
     names |= {"best/" + config.train.monitor, "train/steps_to_100pct", "val/steps_to_threshold"}
     sets = ["val", "test"]
-    if config.data.longer_n_digits:
-        sets.append("longer")
+    longer = {"longer": config.data.longer_n_digits, "longer_val": config.data.longer_val_n_digits}
+    sets += [name for name, lo_hi in longer.items() if lo_hi]
     if config.data.edge_cases and tasks.edge_cases(config.task) is not None:
         sets.append("edge")
     if config.data.carry_size:
@@ -151,19 +157,20 @@ def reported_metrics(config: RunConfig) -> set[str]:
             names.add(f"{name}/normalised_match")
     if config.data.ood_spacing:
         names |= {"ood/exact_match", "ood/normalised_match", "ood/short_answers"}
+    for name in [*sets, *(["ood"] if config.data.ood_spacing else [])]:  # Dataset.data_metrics
+        names |= {f"data/{name}/{key}" for key in ("size", "dropped", "train_overlap")}
     if config.task.name in ("multi_op", "modular"):
         for symbol in tasks.op_symbols(config.task):
             names |= {f"{s}/exact_match/{OP_NAMES[symbol]}" for s in sets}
-    longest = max([config.task.n_digits, *(config.data.longer_n_digits or ())])
+    longest = config.data.longest_operand(config.task)
     for s in sets:  # by longest carry / borrow chain (arith.carries)
         names |= {f"{s}/{key}" for key in carry_metric_names(config.task, longest)}
     if config.task.name in ("addition", "multiplication", "sorting"):
         # per longest-operand length, reported where a set has several lengths
         trained = range(1, config.task.n_digits + 1)
-        lengths = {(s, n) for s in sets if s != "longer" for n in trained}
-        if config.data.longer_n_digits:
-            lo, hi = config.data.longer_n_digits
-            lengths |= {("longer", n) for n in range(lo, hi + 1)}
+        lengths = {(s, n) for s in sets if s not in longer for n in trained}
+        for s, lo_hi in longer.items():
+            lengths |= {(s, n) for n in range(lo_hi[0], lo_hi[1] + 1)} if lo_hi else set()
         names |= {f"{s}/exact_match/len_{n}" for s, n in lengths}
     return names
 
@@ -351,14 +358,19 @@ def train_pack(
     del built
     optimizer = PackedAdamW(model, [c.optim for c in configs], [m.max_steps for m in members])
     dataset, n_members = members[0].dataset, len(members)
-    counts = model_lib.n_params(configs[0].model, len(dataset.format.vocab), dataset.max_seq_len())
+    counts = model_lib.n_params(
+        configs[0].model, len(dataset.format.vocab), dataset.train_seq_len()
+    )
     autocast = _autocast(device, first.precision)
     peak = first.peak_flops or _device_peak(device, autocast)
     for member in members:
         member.meter.peak_flops = peak
     forward = torch.compile(model) if first.compile else model
     abacus = configs[0].model.position == "abacus"
-    max_digits = max(configs[0].task.n_digits, 1)
+    # the longest digit run the format writes, at least k + 1 as before (arith.formats)
+    max_run = max(
+        configs[0].task.n_digits + 1, longest_digit_run(configs[0].format, configs[0].task)
+    )
     pad_id = dataset.format.pad_id
 
     if resume_from is not None:
@@ -427,7 +439,7 @@ def train_pack(
             x, y, keep = m.batches.next_batch(device)
             inputs.append(x), targets.append(y), mask.append(keep)
             if abacus:  # McLeish et al. 2024: random shift so long numbers meet trained indices
-                high = max(1, m.config.model.abacus_max_k - max_digits - 1)
+                high = max(1, m.config.model.abacus_max_k - max_run)
                 offsets.append(torch.randint(0, high, (x.shape[0],), generator=m.generator))
         inputs, targets = _stack_rows(inputs, pad_id), _stack_rows(targets, pad_id)
         mask = _stack_rows(mask, False)
@@ -518,6 +530,7 @@ def _finish_member(m: _Member, model, step: int, device, model_dir: Path | None)
     state.final_weights = "best" if state.best_weights is not None else "last"
     weights_step = state.best_step if state.best_weights is not None else step
     m.metrics = _final_sets(model, m.dataset, device)
+    m.metrics.update(m.dataset.data_metrics())  # sizes and training overlap of each set
     m.metrics.update(final_weights_step=weights_step, done=1)
     if model_dir is not None:
         ckpt.save_model(model_dir, m.config, model, state.final_weights, weights_step)

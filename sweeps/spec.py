@@ -32,7 +32,7 @@ from sweeps.space import Derived, Dimension, parse_derived, parse_dimension
 BLOCKS = ("sweep", "base", "space", "derived", "table")
 # Metrics train() reports only once, at the end: a scheduler or a model-based searcher that
 # decides on intermediate results cannot use them.
-FINAL_ONLY_PREFIXES = ("test/", "ood/", "longer/", "edge/", "best/")
+FINAL_ONLY_PREFIXES = ("test/", "ood/", "longer/", "longer_val/", "edge/", "best/")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 

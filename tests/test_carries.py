@@ -90,6 +90,18 @@ def test_carry_set_of_a_hashed_space_avoids_the_training_split():
     assert (split != 0).all()
 
 
+def test_a_carry_set_short_of_its_size_says_so():
+    # 1-digit sums: 100 problems, about 30 of them held out, so 30 per chain cannot be had
+    cfg = config_lib.load(None, ["task.n_digits=1", "data.carry_size=30"])
+    with pytest.warns(UserWarning, match=r"fewer than data\.carry_size=30"):
+        dataset = build_dataset(cfg.task, cfg.format, cfg.data, seed=0)
+    carry = dataset.eval_sets["carry"]
+    assert len(carry) < 60
+    record = dataset.records["carry"]
+    assert (record.before, record.size, record.dropped) == (60, len(carry), 60 - len(carry))
+    assert dataset.data_metrics()["data/carry/dropped"] == 60 - len(carry)
+
+
 def test_carry_breakdown_scores_each_chain_length():
     problems = tasks.from_ints(ADD, [[999, 1], [12, 34], [15, 17], [11, 11]])
     exact = np.array([False, True, True, False])

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+import pytest
 import torch
 
+from arith import config as config_lib
+from arith import tasks
 from arith.data import BatchSource, DataConfig, build_dataset, split_of
+from arith.errors import ConfigError
 from arith.formats import FormatConfig
 from arith.tasks import TaskConfig
+from arith.trainer import reported_metrics, train
 
 
 def _keys(problems) -> set[int]:
@@ -101,3 +108,154 @@ def test_extra_evaluation_sets():
         seed=0,
     ).eval_sets["longer"]
     assert longer.operand_len.min() >= 8 and longer.operand_len.max() <= 10
+
+
+def _training_problem(ds, data: DataConfig, problems, pool_keys: set[int]) -> np.ndarray:
+    """Independent of ``Dataset.is_training``: a pool member, or a key of trained lengths that
+    hashes to the training split."""
+    keys = problems.keys()
+    if ds.train_pool is not None and ds.enumerated:
+        return np.array([k in pool_keys for k in keys.tolist()], dtype=bool)
+    trained = problems.operand_len.max(axis=1) <= ds.task.n_digits
+    return trained & (split_of(keys, ds.split_salt, data.val_fraction, data.test_fraction) == 0)
+
+
+@pytest.mark.parametrize(
+    ("task", "seed"),
+    [
+        *[(TaskConfig(name="addition", n_digits=3), seed) for seed in (0, 1, 2)],
+        (TaskConfig(name="addition", n_digits=10), 0),
+        (TaskConfig(name="multi_op", n_digits=2, ops=("+", "-", "*")), 0),
+    ],
+    ids=["enum3-seed0", "enum3-seed1", "enum3-seed2", "hash10", "multi_op2"],
+)
+def test_every_evaluation_set_is_disjoint_from_training_and_reports_its_size(task, seed):
+    longer = (task.n_digits + 1, task.n_digits + 2) if task.name == "addition" else None
+    data = DataConfig(
+        val_size=200,
+        test_size=200,
+        ood_spacing=True,
+        longer_n_digits=longer,
+        longer_size=50,
+        carry_size=5 if task.name == "addition" else 0,
+    )
+    ds = build_dataset(task, FormatConfig(), data, seed=seed)
+    pool_keys = _keys(ds.train_pool) if ds.train_pool is not None else set()
+    expected = {"val", "test", "ood"} | ({"longer", "carry"} if longer else set())
+    assert expected <= set(ds.eval_sets)
+    for name, problems in ds.eval_sets.items():
+        assert not _training_problem(ds, data, problems, pool_keys).any(), name
+        record = ds.records[name]
+        assert (record.size, record.train_overlap) == (len(problems), 0), name
+        assert record.before - record.dropped == record.size
+    edge = tasks.edge_cases(task)
+    dropped = _training_problem(ds, data, edge, pool_keys).sum()
+    assert dropped > 0  # the unfiltered edge cases hold training problems at these seeds
+    assert ds.records["edge"].dropped == dropped
+    metrics = ds.data_metrics()
+    assert metrics["data/edge/size"] == len(edge) - dropped
+    assert metrics["data/val/train_overlap"] == 0 and metrics["data/edge/train_overlap"] == 0
+
+
+def test_an_edge_set_of_training_problems_only_is_left_out_with_a_note():
+    # 1-digit sums with 98 % of the space in training: all seven edge cases are training ones
+    task = TaskConfig(name="addition", n_digits=1)
+    data = DataConfig(val_fraction=0.01, test_fraction=0.01)
+    with pytest.warns(UserWarning, match="edge set is left out"):
+        ds = build_dataset(task, FormatConfig(), data, seed=0)
+    assert "edge" not in ds.eval_sets
+    assert ds.data_metrics()["data/edge/size"] == 0
+    assert ds.data_metrics()["data/edge/dropped"] == len(tasks.edge_cases(task))
+    assert any("edge" in note for note in ds.notes)
+
+
+def test_longer_validation_set_is_longer_than_training_and_apart_from_longer():
+    task = TaskConfig(name="addition", n_digits=4, operand_lengths="bucketed")
+    data = DataConfig(longer_n_digits=(7, 8), longer_val_n_digits=(5, 6), longer_val_size=80)
+    ds = build_dataset(task, FormatConfig(name="reversed"), data, seed=0)
+    longer_val = ds.eval_sets["longer_val"]
+    assert len(longer_val) == 80
+    assert set(longer_val.operand_len.max(axis=1).tolist()) == {5, 6}
+    assert not (_keys(longer_val) & _keys(ds.eval_sets["longer"]))
+    assert ds.records["longer_val"].train_overlap == 0
+    # its own stream: adding it leaves every other set as it was
+    without = build_dataset(
+        task, FormatConfig(name="reversed"), replace(data, longer_val_n_digits=None), seed=0
+    )
+    for name, problems in without.eval_sets.items():
+        assert np.array_equal(problems.keys(), ds.eval_sets[name].keys()), name
+
+
+@pytest.mark.parametrize(
+    ("overrides", "path", "shows"),
+    [
+        (["task.n_digits=5", "data.longer_n_digits=[5, 8]"], "data.longer_n_digits", "above"),
+        (["task.n_digits=5", "data.longer_n_digits=[3, 8]"], "data.longer_n_digits", "[3, 8]"),
+        (
+            ["task.n_digits=5", "data.longer_val_n_digits=[4, 6]"],
+            "data.longer_val_n_digits",
+            "above",
+        ),
+        (
+            ["task.n_digits=5", "data.longer_n_digits=[8, 9]", "data.longer_val_n_digits=[6, 8]"],
+            "data.longer_val_n_digits",
+            "must not overlap",
+        ),
+        (["data.longer_val_size=0"], "data.longer_val_size", ">= 1"),
+    ],
+)
+def test_a_longer_range_that_meets_training_or_the_reported_set_is_refused(overrides, path, shows):
+    with pytest.raises(ConfigError) as err:
+        config_lib.load(None, overrides)
+    assert err.value.path == path
+    assert shows in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_run_reports_each_sets_size_and_training_overlap():
+    cfg = config_lib.load(
+        None,
+        [
+            "task.n_digits=2",
+            "format.name=reversed",
+            "data.val_size=40",
+            "data.test_size=40",
+            "data.carry_size=5",
+            "data.longer_n_digits=[4, 4]",
+            "data.longer_size=16",
+            "data.longer_val_n_digits=[3, 3]",
+            "data.longer_val_size=16",
+            "model.d_model=16",
+            "model.n_layer=1",
+            "train.max_steps=2",
+            "train.eval_every=2",
+        ],
+    )
+    summary = train(cfg)
+    declared = reported_metrics(cfg)
+    for name in ("val", "test", "longer", "longer_val", "carry", "edge"):
+        assert summary[f"data/{name}/train_overlap"] == 0, name
+        assert f"data/{name}/size" in declared
+    assert summary["data/longer_val/size"] == 16
+    assert "longer_val/exact_match" in summary and "longer_val/exact_match" in declared
+    assert {k for k in summary if k.startswith(("data/", "longer_val/"))} <= declared
+
+
+@pytest.mark.parametrize("search", ["grid", "random"])
+def test_a_sweep_can_choose_on_the_longer_validation_set(search):
+    from sweeps.spec import SpecError, parse_spec
+
+    raw = {
+        "sweep": {"name": "t", "metric": "longer_val/exact_match", "mode": "max"},
+        "base": {
+            "task": {"name": "addition", "n_digits": 2},
+            "data": {"longer_n_digits": [5, 6], "longer_val_n_digits": [3, 4]},
+            "train": {"max_steps": 10},
+        },
+        "space": {"model.d_model": [16, 32]},
+        "table": {"rows": ["model.d_model"], "values": ["longer_val/exact_match/len_4"]},
+    }
+    raw["sweep"]["search"] = search
+    assert parse_spec(raw).sweep.metric == "longer_val/exact_match"
+    del raw["base"]["data"]["longer_val_n_digits"]  # not configured: not reported
+    with pytest.raises(SpecError, match=r"longer_val/exact_match"):
+        parse_spec(raw)

@@ -7,11 +7,16 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
+from arith import config as config_lib
+from arith import model as model_lib
 from arith import tasks
 from arith.errors import ConfigError
-from arith.formats import Encoded, FormatConfig, build_format
+from arith.formats import Encoded, FormatConfig, build_format, longest_digit_run
+from arith.model import _digit_run_index, abacus_rows
 from arith.tasks import TaskConfig
+from arith.trainer import train
 
 ARITH_TASKS = {
     "add3": TaskConfig("addition", n_digits=3),
@@ -350,3 +355,99 @@ def test_a_typed_prompt_parses_back_to_its_problem(task, name):
 def test_reversed_prompts_are_read_least_significant_digit_first():
     fmt = build_format(FormatConfig(name="reversed"), TaskConfig(name="addition", n_digits=3))
     assert fmt.parse_prompt("123+45=") == ([321, 54], "+")
+
+
+# -- Abacus rows --------------------------------------------------------------------------------
+
+
+def _longest_written_run(f, problems) -> int:
+    """Longest run of digit tokens in the encoded rows, counted as the model counts them."""
+    tokens = torch.from_numpy(f.encode(problems).tokens)
+    is_digit = torch.isin(tokens, torch.tensor(f.digit_ids))
+    return int(_digit_run_index(is_digit, tokens.new_zeros(len(tokens))).max())
+
+
+@pytest.mark.parametrize(
+    ("name", "task", "run"),
+    [
+        ("reversed", TaskConfig("multiplication", n_digits=10), 20),
+        ("carry_trace", TaskConfig("addition", n_digits=10), 33),
+        ("plain", TaskConfig("addition", n_digits=3), 4),
+        ("spaced", TaskConfig("addition", n_digits=7), 3),
+        ("carry_trace", TaskConfig("multi_op", n_digits=2), 12),
+        ("reversed", TaskConfig("modular", modulus=97), 2),
+        ("plain", SORT, 6),
+    ],
+)
+def test_longest_digit_run_is_what_the_format_writes(name, task, run):
+    assert longest_digit_run(FormatConfig(name), task) == run
+    nines = 10**task.n_digits - 1
+    if task.name == "sorting":
+        worst = tasks.from_ints(task, [[999999] * 8])
+    elif task.name == "modular":
+        worst = tasks.from_ints(task, [[96, 96]])
+    else:
+        ops = ["*"] if task.name == "multi_op" else None
+        worst = tasks.from_ints(task, [[nines, nines]], ops)
+    sample = tasks.sample(task, 300, np.random.default_rng(0))
+    f = fmt(name, task)
+    assert _longest_written_run(f, sample) <= run
+    assert _longest_written_run(f, worst) == run
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["format.name=carry_trace", "task.n_digits=10", "model.abacus_max_k=32"],
+        [
+            "format.name=reversed",
+            "task.name=multiplication",
+            "task.n_digits=10",
+            "model.abacus_max_k=19",
+        ],
+        [
+            "format.name=reversed",
+            "task.n_digits=10",
+            "data.longer_n_digits=[11, 45]",
+            "model.abacus_max_k=40",
+        ],
+    ],
+)
+def test_an_abacus_table_without_a_row_for_every_digit_is_refused(overrides):
+    with pytest.raises(ConfigError) as err:
+        config_lib.load(None, ["model.position=abacus", *overrides])
+    assert err.value.path == "model.abacus_max_k"
+    assert "\n" not in str(err.value)
+    # the same sizes fit without Abacus positions
+    config_lib.load(None, overrides)
+
+
+def test_training_offsets_keep_every_digit_inside_the_abacus_table(monkeypatch):
+    # reversed 3-digit multiplication writes 6-digit answers: offsets from k alone reached row 8
+    rows: list[int] = []
+
+    def recording(run, offset):
+        index = abacus_rows(run, offset)
+        rows.append(int(index.max()))
+        return index
+
+    monkeypatch.setattr(model_lib, "abacus_rows", recording)
+    cfg = config_lib.load(
+        None,
+        [
+            "task.name=multiplication",
+            "format.name=reversed",
+            "model.position=abacus",
+            "model.abacus_max_k=7",
+            "model.d_model=16",
+            "model.n_layer=1",
+            "train.batch_size=64",
+            "train.max_steps=6",
+            "train.eval_every=6",
+            "train.train_eval_size=8",
+            "data.val_size=8",
+            "data.test_size=8",
+        ],
+    )
+    train(cfg)
+    assert 6 <= max(rows) <= 7

@@ -205,3 +205,94 @@ def test_input_injection_adds_the_embedded_input_to_later_blocks_only():
     two, two_injected = tiny("abacus"), tiny("abacus", input_injection=True)
     two_injected.load_state_dict(two.state_dict())
     assert not torch.allclose(two(idx)[0], two_injected(idx)[0])
+
+
+# -- initialisation -----------------------------------------------------------------------------
+
+RUN = ["task.n_digits=2", "format.name=reversed", "model.d_model=32", "model.n_layer=1"]
+UNTIED = ["model.tie_embeddings=false", "model.bias=false"]
+
+
+def _built(overrides: list[str], seed: int) -> GPT:
+    """The model a run of these overrides starts from, built as the trainer builds it."""
+    from arith import config as config_lib
+    from arith.data import build_dataset
+    from arith.trainer import build_model
+
+    config = config_lib.load(None, [*RUN, *overrides, f"train.seed={seed}"])
+    torch.manual_seed(seed)
+    return build_model(config, build_dataset(config.task, config.format, config.data, seed))
+
+
+def _checksum(model: GPT) -> float:
+    """Every initial value, weighted by its place, so a moved or redrawn value shows."""
+    total = 0.0
+    for _, p in sorted(model.state_dict().items()):
+        flat = p.detach().double().flatten()
+        total += float((flat * torch.linspace(1.0, 2.0, flat.numel(), dtype=torch.float64)).sum())
+    return total
+
+
+@pytest.mark.parametrize(
+    ("overrides", "recorded"),
+    [
+        (["model.position=learned"], 145.83548350998214),
+        (["model.position=learned", *UNTIED], 146.69903688886905),
+        (["model.position=abacus"], 147.48166372588872),
+        (["model.position=abacus", *UNTIED], 149.40895068960333),
+        (["model.position=abacus_bias"], 146.99984912669368),
+        (["model.position=rope", *UNTIED], 148.2263820048765),
+    ],
+)
+def test_initial_weights_are_those_runs_started_from_before(overrides, recorded):
+    # recorded at bb88b8c: spaces measured then stay valid for runs without a longer set
+    assert _checksum(_built(overrides, seed=3)) == pytest.approx(recorded, abs=1e-9)
+
+
+def test_a_pack_starts_from_the_weights_it_started_from_before():
+    packed = GPT.stack([_built([], seed=0), _built([], seed=1)])
+    assert _checksum(packed) == pytest.approx(282.90333725856846, abs=1e-9)
+    torch.manual_seed(5)
+    direct = GPT(ModelConfig(d_model=32, n_layer=2), 41, 20, tuple(range(10)), members=2)
+    assert _checksum(direct) == pytest.approx(469.5709425739262, abs=1e-9)
+
+
+@pytest.mark.parametrize("position", ["learned", "abacus"])
+@pytest.mark.parametrize(
+    "evaluation",
+    [
+        ["data.longer_n_digits=[4, 6]"],
+        ["task.n_digits=4", "format.name=plain", "data.ood_spacing=true"],
+    ],
+    ids=["longer", "ood"],
+)
+def test_what_a_run_evaluates_does_not_change_its_initial_weights(position, evaluation):
+    trained_as = [o for o in evaluation if o.startswith(("format.", "task."))]
+    plain = _built([f"model.position={position}", *trained_as], seed=2)
+    stream_after_plain = torch.rand(4)  # where dropout's draws start
+    evaluated = _built([f"model.position={position}", *evaluation], seed=2)
+    assert torch.equal(torch.rand(4), stream_after_plain)
+    if position == "learned":
+        assert evaluated.max_seq_len > plain.max_seq_len  # the table has evaluation rows
+        assert evaluated.train_seq_len == plain.max_seq_len
+    trained = plain.max_seq_len
+    before, after = plain.state_dict(), evaluated.state_dict()
+    assert before.keys() == after.keys()
+    for name, value in before.items():
+        other = after[name][:, :trained] if name == "wpe.weight" else after[name]
+        assert torch.equal(value, other), name
+    if position == "learned":  # the evaluation rows are drawn, not left empty
+        assert 0.015 < float(after["wpe.weight"][:, trained:].std()) < 0.025
+
+
+def test_a_run_that_only_evaluates_more_trains_the_same_model():
+    from arith import config as config_lib
+    from arith.trainer import describe, train
+
+    base = [*RUN, "model.dropout=0.1", "train.max_steps=4", "train.eval_every=4"]
+    base += ["data.val_size=16", "data.test_size=16", "train.train_eval_size=16"]
+    plain = config_lib.load(None, base)
+    evaluated = config_lib.load(None, [*base, "data.longer_n_digits=[3, 5]"])
+    a, b = train(plain), train(evaluated)
+    assert a["train/loss"] == b["train/loss"] and a["val/loss"] == b["val/loss"]
+    assert a["n_params"] == b["n_params"] == describe(evaluated)["n_params"]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
 from arith import checkpoint as ckpt
 from arith import config as config_lib
+from arith.data import build_dataset
 from arith.formats import build_format
 from arith.trainer import (
     DEFAULT_MAX_STEPS,
@@ -140,6 +142,12 @@ def test_two_digit_reversed_addition_is_learned():
     finally:
         torch.set_num_threads(threads)
     assert summary["test/exact_match"] >= 0.99, summary["test/exact_match"]
+    # the edge cases it is scored on are none of its training problems (4 of 7 are, here)
+    dataset = build_dataset(config.task, config.format, config.data, config.train.seed)
+    edge = dataset.eval_sets["edge"]
+    assert not np.isin(edge.keys(), dataset.train_pool.keys()).any()
+    assert summary["data/edge/size"] == len(edge) == 7 - summary["data/edge/dropped"]
+    assert summary["data/edge/dropped"] > 0 and summary["data/edge/train_overlap"] == 0
     assert summary["edge/exact_match"] == 1.0
 
 
