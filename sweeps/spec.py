@@ -272,7 +272,8 @@ def _check_selection_metric(s: SweepSettings) -> None:
     training metric, in the direction its name says is better."""
     from sweeps.tables import held_out_message, is_held_out, metric_direction
 
-    require(not is_held_out(s.metric), "sweep.metric", held_out_message(s.metric))
+    if is_held_out(s.metric):  # the message reads the name after the set
+        raise ConfigError("sweep.metric", held_out_message(s.metric))
     better = metric_direction(s.metric)
     lower = "lower" if better == "min" else "higher"
     require(

@@ -84,7 +84,7 @@ def is_held_out(metric: str) -> bool:
 
 def held_out_message(metric: str) -> str:
     """Why a held-out metric cannot select, and the validation metric to use instead."""
-    name = metric.split("/", 1)[1]
+    name = metric.split("/", 1)[-1]
     return (
         f"{metric!r} is a held-out metric; select on validation (e.g. 'val/{name}') and the "
         "held-out sets are reported for the trial chosen there"

@@ -320,3 +320,9 @@ def test_table_block_errors_name_the_field(change, expected):
     raw["table"] = {**raw["table"], **change}
     with pytest.raises(SpecError, match=expected):
         parse_spec(raw)
+
+
+@pytest.mark.parametrize("metric", ["nope", "test", "longer"])
+def test_a_metric_without_a_set_is_refused_on_one_line_not_a_crash(metric):
+    with pytest.raises(SpecError, match=r"^sweep\.metric: "):
+        parse_spec(with_change("sweep.metric", metric))
