@@ -276,12 +276,18 @@ def main(argv: list[str] | None = None) -> int:
     plots_dir = out / "findings"
     earlier = previous_sections(out / "findings.md")
     sections = []
+    # Every space's file first: a misspelt name is refused before any space runs or is read.
+    missing = [s for s in spaces if not (Path(args.spaces_dir) / f"{s}.yaml").is_file()]
+    if missing:
+        print(
+            f"error: space {missing[0]!r}: no file {args.spaces_dir}/{missing[0]}.yaml",
+            file=sys.stderr,
+        )
+        return 2
     try:
         for space in spaces:
             claim = CLAIMS.get(space) or _generic(space)
             spec = Path(args.spaces_dir) / f"{space}.yaml"
-            if not spec.is_file():
-                raise CollectError(f"space {space!r}: no file {spec}")
             sweeps = {"main": (space, ())}
             sweeps |= {name: (name, sets) for name, sets in claim.companions.items()}
             if args.run and space in to_run:

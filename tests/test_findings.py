@@ -244,9 +244,16 @@ def test_findings_command_runs_a_space_and_rebuilds_the_report_from_mlflow(tmp_p
 
 
 def test_findings_names_a_missing_space(tmp_path, capsys):
-    code = findings.main(["nonesuch", "--results", str(tmp_path), "--out", str(tmp_path)])
+    # A store holding another space's runs but no state file for them: the misspelt name is
+    # what is refused, before any space is read or run.
+    uri, _, _ = _two_parents(tmp_path)
+    capsys.readouterr()  # MLflow's own set-up log
+    args = ["smoke", "nonesuch", "--run", "--results", str(tmp_path / "results")]
+    code = findings.main([*args, "--tracking-uri", uri, "--out", str(tmp_path)])
     assert code == 2
-    assert "space 'nonesuch': no file search_spaces/nonesuch.yaml" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == "error: space 'nonesuch': no file search_spaces/nonesuch.yaml\n"
+    assert not (tmp_path / "results").exists()  # nothing ran
 
 
 def test_batch_lr_check_tells_a_target_stop_from_never():
