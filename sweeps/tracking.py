@@ -348,12 +348,13 @@ class MLflowTracker(Callback):
         down to what MLflow (read by ``attach``) does not hold yet; returns how many were read.
         Call after ``attach``, before Tune restarts the trials."""
         records = read_journal(self.journal) if self.journal is not None else []
+        # All queued before any is tried: the journal is cut down only once all are delivered.
         for record in records:
             record = self._still_missing(record)
             if record is not None:
-                self._send(record, journaled=True)
-        if self.journal is not None and self.journal.exists() and not self.outbox.pending:
-            os.truncate(self.journal, 0)
+                self.outbox.enqueue(record, journaled=True)
+        self.outbox.flush()
+        self.outbox.settle_journal(stale=True)
         return len(records)
 
     def _still_missing(self, record: Record) -> Record | None:
