@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from sweep_procs import SMOKE, error_lines, kill, start_sweep
+from sweep_procs import (
+    SMOKE,
+    assert_no_duplicate_steps,
+    error_lines,
+    kill,
+    start_sweep,
+    wait_until,
+)
+
+from sweeps.outbox import read_journal
 
 pytestmark = pytest.mark.slow
 
@@ -67,3 +76,58 @@ def test_resume_never_grafts_onto_another_stores_sweep(tmp_path):
     runs = client.search_runs([experiment])
     assert [r.info.run_id for r in runs] == [decoy]
     assert runs[0].info.status == "RUNNING" and not runs[0].data.metrics
+
+
+def saved_parent(out: Path) -> str | None:
+    """The parent run id a sweep saved in its output folder, once it has."""
+    try:
+        return json.loads((out / "sweep.json").read_text())["parent_run_id"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def test_end_of_sweep_writes_wait_in_the_outbox_and_a_resume_delivers_them_once(
+    tmp_path, monkeypatch
+):
+    """The store cannot take the sweep's tables at its end (a file stands where the parent's
+    tables/ folder goes, an OSError as a failing disk gives) for longer than the sweep waits:
+    no traceback, the parent stays RUNNING and the writes stay in the journal; once the store
+    is whole, --resume delivers them and ends the parent, with no (key, step) pair twice."""
+    monkeypatch.setenv("SWEEPS_MLFLOW_WAIT_S", "3")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    out = tmp_path / "out" / "smoke"
+    journal = out / "mlflow_outbox.jsonl"
+    proc = start_sweep(tmp_path, uri, ONE_TRIAL, log="run0")
+    try:
+        parent_id = wait_until(lambda: saved_parent(out), 120, proc)
+        assert parent_id, (tmp_path / "run0.err").read_text()
+        blocked = tmp_path / "mlartifacts" / "smoke" / parent_id / "artifacts" / "tables"
+        blocked.parent.mkdir(parents=True, exist_ok=True)
+        blocked.write_text("not a folder")
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    err = (tmp_path / "run0.err").read_text()
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].endswith(
+        f"kept in {journal}: run again with --resume once it is back"
+    ), err[-3000:]
+    client = MlflowClient(uri)
+    assert client.get_run(parent_id).info.status == "RUNNING"
+    waiting = [record["what"] for record in read_journal(journal)]
+    assert waiting[0] == "the sweep's tables and plots", waiting
+    assert {"the tables' fits", "the sweep's figures"} <= set(waiting), waiting
+
+    blocked.unlink()
+    code, err = run_to_end(tmp_path, uri, ONE_TRIAL, resume=True, log="run1")
+    assert code == 0, err[-3000:]
+    parent = client.get_run(parent_id)
+    assert parent.info.status == "FINISHED"
+    tables = {Path(a.path).name for a in client.list_artifacts(parent_id, "tables")}
+    assert {"table.md", "trials.csv"} <= tables, tables
+    assert parent.data.metrics["trials/total"] == 1.0
+    assert assert_no_duplicate_steps(uri, [parent]) >= 2
+    assert journal.read_text() == ""

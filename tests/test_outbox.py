@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
 import socket
 import sqlite3
 import threading
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from mlflow import MlflowClient
@@ -17,16 +19,16 @@ from test_tracking import BASE, FakeTrial, eval_result
 
 from arith.trainer import describe
 from sweeps.outbox import is_transient, read_journal
+from sweeps.resume import HTTP_ENV
 from sweeps.space import resolve_run_config
 from sweeps.tracking import MLflowTracker
 
 
 @pytest.fixture
 def bounded_http(monkeypatch):
-    """MLflow's HTTP client as a sweep sets it (sweeps.resume.HTTP_ENV): no retries, short
-    timeout, so that each failure below comes back in about a second."""
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    """MLflow's HTTP client as a sweep sets it: no retries, a bounded timeout."""
+    for name, value in HTTP_ENV.items():
+        monkeypatch.setenv(name, value)
 
 
 def param_logged_twice(uri: str) -> Exception:
@@ -86,8 +88,9 @@ def connection_refused(tmp: Path, server: str) -> Exception:
 
 
 def server_silent(tmp: Path, server: str) -> Exception:
-    """A server that accepts the connection and never answers: the client's timeout."""
-    with socket.socket() as listener:
+    """A server that accepts the connection and never answers: the client's timeout (one
+    second here, not the sweep's ten)."""
+    with socket.socket() as listener, mock.patch.dict(os.environ, MLFLOW_HTTP_REQUEST_TIMEOUT="1"):
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         client = MlflowClient(f"http://127.0.0.1:{listener.getsockname()[1]}")
