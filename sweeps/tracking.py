@@ -43,6 +43,11 @@ _STATUS = {
     "target_reached": "TERMINATED",
 }
 _BATCH = 100  # MLflow's limit of params per log_batch call
+# Which summary a child run holds: train()'s own, or a stand-in (sizes from the config, the
+# steps trained) for a trial that ended without one. An errored trial may yet be restarted by
+# a resume; its real summary must then replace the stand-in, never be taken for logged.
+SUMMARY_TAG = "sweep.summary"
+REAL, STAND_IN = "train", "stand-in"
 ML_KIND = "custom_model_development"
 
 
@@ -182,7 +187,7 @@ class MLflowTracker(Callback):
                 # MLflow keeps each key's latest value, i.e. the one at its highest step.
                 "steps": {m.key: m.step for m in run.data._metric_objs},
                 "elapsed": run.data.metrics.get("time/elapsed_s"),
-                "summary": "sweep.stopped_reason" in run.data.tags,
+                "summary": _is_real_summary(run.data.tags),
                 "stopped_reason": run.data.tags.get("sweep.stopped_reason"),
                 "status": run.data.tags.get("sweep.status"),
                 # Params go after the config artifact: with params, the setup was complete.
@@ -379,7 +384,8 @@ class MLflowTracker(Callback):
         if op == "metrics" and record.get("summary"):
             if state["summary"]:
                 return None
-            state.update(summary=True, stopped_reason=record["tags"]["sweep.stopped_reason"])
+            reason = record["tags"]["sweep.stopped_reason"]
+            state.update(summary=_is_real_summary(record["tags"]), stopped_reason=reason)
             return {**record, "metrics": _not_logged(state, record["metrics"], record["step"])}
         if op == "metrics":
             step = record["step"]
@@ -494,7 +500,7 @@ class MLflowTracker(Callback):
         # The summary is a trial's last report: its final status goes in the same write.
         status = _STATUS.get(reason, "TERMINATED")
         state.update(summary=True, stopped_reason=reason, status_logged=status)
-        tags = {"sweep.stopped_reason": reason, "sweep.status": status}
+        tags = {"sweep.stopped_reason": reason, "sweep.status": status, SUMMARY_TAG: REAL}
         if "final_weights" in result:  # which weights the test sets measured: best or last
             tags["sweep.final_weights"] = str(result["final_weights"])
         self._send(_summary_record(trial_id, _not_logged(state, summary, step), step, tags))
@@ -502,7 +508,8 @@ class MLflowTracker(Callback):
     def _log_fallback_summary(
         self, state: dict[str, Any], trial_id: str, config: dict[str, Any], trial, reason: str
     ) -> None:
-        """Sizes from the config (no model built) for trials that never returned a summary."""
+        """Sizes from the config (no model built) for trials that never returned a summary: a
+        stand-in (``SUMMARY_TAG``), which a summary from train() replaces."""
         summary: dict[str, float] = {}
         if self.describe is not None:
             sizes = self.describe(self.resolve(config))
@@ -520,8 +527,8 @@ class MLflowTracker(Callback):
         if isinstance(last.get("time_total_s"), int | float):
             summary["wall_time_s"] = float(last["time_total_s"])
         summary = {k: v for k, v in summary.items() if math.isfinite(v)}
-        state.update(summary=True, stopped_reason=reason)
-        tags = {"sweep.stopped_reason": reason}
+        state["stopped_reason"] = reason
+        tags = {"sweep.stopped_reason": reason, SUMMARY_TAG: STAND_IN}
         summary = _not_logged(state, summary, step)
         self._send(_summary_record(trial_id, summary, step, tags))
 
@@ -608,6 +615,12 @@ def _not_logged(state: dict[str, Any], metrics: dict[str, float], step: int) -> 
     new = {k: v for k, v in metrics.items() if state["steps"].get(k, -1) < step}
     state["steps"].update(dict.fromkeys(new, step))
     return new
+
+
+def _is_real_summary(tags: dict[str, str]) -> bool:
+    """Whether a child run's (or a summary write's) tags are those of train()'s summary; runs
+    logged before SUMMARY_TAG existed count a summary with a stopped_reason as real."""
+    return "sweep.stopped_reason" in tags and tags.get(SUMMARY_TAG, REAL) != STAND_IN
 
 
 def _summary_record(trial_id: str, summary: dict, step: int, tags: dict[str, str]) -> Record:

@@ -5,6 +5,8 @@ writes during a store hiccup, and an errored trial that a resume restarts."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +16,12 @@ from mlflow import MlflowClient
 from sweep_procs import (
     SMOKE,
     assert_no_duplicate_steps,
+    children,
     error_lines,
+    is_ray_worker,
     kill,
+    metric_steps,
+    result_lines,
     start_sweep,
     wait_until,
 )
@@ -131,3 +137,56 @@ def test_end_of_sweep_writes_wait_in_the_outbox_and_a_resume_delivers_them_once(
     assert parent.data.metrics["trials/total"] == 1.0
     assert assert_no_duplicate_steps(uri, [parent]) >= 2
     assert journal.read_text() == ""
+
+
+ERRORED_STEPS = 200
+
+
+def test_a_trial_errored_for_good_then_restarted_by_resume_ends_with_its_real_summary(tmp_path):
+    """max_failures 0: a trial's worker is SIGKILLed, so the trial errors for good and gets a
+    stand-in summary (stopped_reason error); the driver dies before the sweep ends; --resume
+    restarts the errored trial, and its child run ends with train()'s own summary."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sets = [f"base.train.max_steps={ERRORED_STEPS}"]
+    experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
+
+    def a_trial_mid_run():
+        for lines in result_lines(experiment_dir).values():
+            last = lines[-1] if lines else {}
+            if 20 <= last.get("step", -1) <= ERRORED_STEPS // 2:
+                return last["trial_id"], last["pid"]
+        return None
+
+    def errored_in_mlflow(trial_id: str) -> bool:
+        return any(
+            (run.data.tags.get("sweep.trial_id"), run.data.tags.get("sweep.status"))
+            == (trial_id, "ERROR")
+            for run in children(uri, "smoke")[1]
+        )
+
+    proc = start_sweep(tmp_path, uri, sets, log="run0")
+    try:
+        found = wait_until(a_trial_mid_run, 240, proc, every_s=0.05)
+        assert found, (tmp_path / "run0.err").read_text()[-3000:]
+        victim, pid = found
+        assert is_ray_worker(pid), pid
+        os.kill(pid, signal.SIGKILL)
+        errored = wait_until(lambda: errored_in_mlflow(victim), 120, proc, every_s=0.1)
+        assert errored, (tmp_path / "run0.err").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            kill(proc)  # the driver dies with the other trials unfinished
+
+    code, err = run_to_end(tmp_path, uri, sets, resume=True, log="run1")
+    assert code == 0, err[-3000:]
+    parents, runs = children(uri, "smoke")
+    assert len(parents) == 1 and len(runs) == 4
+    run = next(r for r in runs if r.data.tags["sweep.trial_id"] == victim)
+    assert run.data.tags["sweep.stopped_reason"] != "error"
+    assert run.data.tags["sweep.summary"] == "train"
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["sweep.status"] in ("TERMINATED", "EARLY_STOPPED")
+    evaluated = metric_steps(uri, run)["val/exact_match"]
+    assert run.data.metrics["steps"] == evaluated[-1], (run.data.metrics["steps"], evaluated)
+    assert "best/val/exact_match" in run.data.metrics
+    assert_no_duplicate_steps(uri, runs)
