@@ -199,23 +199,38 @@ class MLflowTracker(Callback):
     def finish_parent(self, status: str = "FINISHED") -> bool:
         """End the parent run (after what is buffered); False if MLflow is unreachable (the
         caller waits for the buffer first, with ``outbox.drain``)."""
-        if not self.outbox.flush() or self.parent_run_id is None:
+        if self.parent_run_id is None:
+            return False
+        if self.redone["trials"]:
+            metrics = {f"resume/redone_{k}": float(v) for k, v in self.redone.items()}
+            self.log_parent_figures(metrics, what="the work the resume redid")
+        if not self.outbox.flush():
             return False
         try:
-            if self.redone["trials"]:
-                metrics = {f"resume/redone_{k}": float(v) for k, v in self.redone.items()}
-                self._log_metrics(self.parent_run_id, metrics, 0)
             self.client.set_terminated(self.parent_run_id, status=status)
         except Exception as err:  # the end of a sweep must not raise here
             print(f"warning: could not end the parent run: {one_line(err)}", file=sys.stderr)
             return False
         return True
 
+    # ---- the sweep's outputs on the parent run, through the outbox like every write ----
     def log_outputs(self, paths: list[Path]) -> None:
-        """Tables under ``tables/`` and figures under ``plots/`` of the parent run."""
-        for path in paths:
-            folder = "plots" if path.suffix == ".png" else "tables"
-            self.client.log_artifact(self.parent_run_id, str(path), folder)
+        """Tables under ``tables/`` and figures under ``plots/`` of the parent run (uploading
+        them again, after a resume, replaces the same files)."""
+        record = {"op": "outputs", "run_id": self.parent_run_id, "paths": [str(p) for p in paths]}
+        self._send({**record, "what": "the sweep's tables and plots"})
+
+    def log_parent_figures(
+        self,
+        metrics: dict[str, float],
+        params: dict[str, str] | None = None,
+        tags: dict[str, str] | None = None,
+        what: str = "the sweep's figures",
+    ) -> None:
+        """Figures of the whole sweep on the parent run, at step 0; each metric and param once
+        (``_log_parent_figures``), so an end of sweep done again on resume adds nothing twice."""
+        record = {"op": "parent", "run_id": self.parent_run_id, "metrics": metrics}
+        self._send({**record, "params": params or {}, "tags": tags or {}, "what": what})
 
     def _experiment_id(self) -> str:
         if self._experiment is None:
@@ -345,6 +360,13 @@ class MLflowTracker(Callback):
             self._log_text(record["run_id"], record["text"], "spec.yaml")
         elif op == "model":  # the trial's final model, copied out of Tune's storage
             self.client.log_artifacts(state["run_id"], record["folder"], "model")
+        elif op == "outputs":
+            from sweeps.collect import log_outputs_to_parent
+
+            paths = [Path(p) for p in record["paths"] if Path(p).is_file()]
+            log_outputs_to_parent(self.client, record["run_id"], paths)
+        elif op == "parent":
+            self._log_parent_figures(record)
         else:
             raise ValueError(f"unknown MLflow write {op!r}")
 
@@ -599,6 +621,19 @@ class MLflowTracker(Callback):
         rows = curves[curves["metric"] == name]
         history = list(zip(rows["step"], rows["value"], strict=True))
         return classify(history, status, stopped_reason, metric=name or "val/exact_match")
+
+    def _log_parent_figures(self, record: Record) -> None:
+        """The metrics and params of ``record`` the parent run does not hold yet (MLflow is the
+        truth: a resumed sweep ends again, or replays the journal), and its tags."""
+        from mlflow.entities import Param
+
+        run_id = record["run_id"]
+        held = self.client.get_run(run_id).data
+        metrics = {k: v for k, v in record["metrics"].items() if k not in held.metrics}
+        params = [Param(k, v) for k, v in record["params"].items() if k not in held.params]
+        self._log_metrics(run_id, metrics, 0, record["tags"])
+        for i in range(0, len(params), _BATCH):
+            self.client.log_batch(run_id, params=params[i : i + _BATCH])
 
     def _log_text(self, run_id: str, text: str, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
