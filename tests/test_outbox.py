@@ -47,15 +47,15 @@ def _raised(call, *args) -> Exception:
     raise AssertionError(f"{call} did not fail")
 
 
-def sqlite_refused(tmp: Path, server: str) -> Exception:
+def sqlite_refused(tmp: Path, request) -> Exception:
     return param_logged_twice(f"sqlite:///{tmp / 'mlflow.db'}")
 
 
-def server_refused(tmp: Path, server: str) -> Exception:
-    return param_logged_twice(server)
+def server_refused(tmp: Path, request) -> Exception:
+    return param_logged_twice(request.getfixturevalue("mlflow_server"))
 
 
-def sqlite_locked(tmp: Path, server: str) -> Exception:
+def sqlite_locked(tmp: Path, request) -> Exception:
     """sqlite3's own error while another connection holds the write lock."""
     path = tmp / "locked.db"
     holder = sqlite3.connect(path)
@@ -69,8 +69,9 @@ def sqlite_locked(tmp: Path, server: str) -> Exception:
         holder.rollback()
 
 
-def mlflow_sqlite_locked(tmp: Path, server: str) -> Exception:
-    """MLflow's SQLite store while another process holds the database's write lock."""
+def mlflow_sqlite_locked(tmp: Path, request) -> Exception:
+    """MLflow's SQLite store while another process holds the database's write lock (MLflow
+    waits out its own busy_timeout, 20 s, before it gives up)."""
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     client = MlflowClient(uri)
     run = client.create_run(client.create_experiment("locked"))
@@ -82,12 +83,12 @@ def mlflow_sqlite_locked(tmp: Path, server: str) -> Exception:
         holder.rollback()
 
 
-def connection_refused(tmp: Path, server: str) -> Exception:
+def connection_refused(tmp: Path, request) -> Exception:
     client = MlflowClient(f"http://127.0.0.1:{free_port()}")  # nothing listens there
     return _raised(client.get_experiment_by_name, "x")
 
 
-def server_silent(tmp: Path, server: str) -> Exception:
+def server_silent(tmp: Path, request) -> Exception:
     """A server that accepts the connection and never answers: the client's timeout (one
     second here, not the sweep's ten)."""
     with socket.socket() as listener, mock.patch.dict(os.environ, MLFLOW_HTTP_REQUEST_TIMEOUT="1"):
@@ -107,7 +108,7 @@ class _Unavailable(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def server_error(tmp: Path, server: str) -> Exception:
+def server_error(tmp: Path, request) -> Exception:
     """A proxy in front of the tracking server answering 503."""
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unavailable) as proxy:
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
@@ -118,13 +119,13 @@ def server_error(tmp: Path, server: str) -> Exception:
             proxy.shutdown()
 
 
-def requests_connection_error(tmp: Path, server: str) -> Exception:
+def requests_connection_error(tmp: Path, request) -> Exception:
     import requests
 
     return _raised(functools.partial(requests.get, timeout=1), f"http://127.0.0.1:{free_port()}/")
 
 
-def apply_bug(tmp: Path, server: str) -> Exception:
+def apply_bug(tmp: Path, request) -> Exception:
     """A bug in the tracker's own code (a record naming a trial it does not know)."""
     tracker = MLflowTracker(f"sqlite:///{tmp / 'mlflow.db'}", "bug", lambda c: c)
     return _raised(tracker._apply, {"op": "running", "trial": "unknown"})
@@ -145,8 +146,8 @@ def apply_bug(tmp: Path, server: str) -> Exception:
     ],
     ids=lambda value: getattr(value, "__name__", str(value)),
 )
-def test_only_an_outage_is_transient(tmp_path, mlflow_server, bounded_http, make_error, transient):
-    err = make_error(tmp_path, mlflow_server)
+def test_only_an_outage_is_transient(tmp_path, request, bounded_http, make_error, transient):
+    err = make_error(tmp_path, request)
     assert is_transient(err) is transient, repr(err)
 
 

@@ -417,3 +417,23 @@ def test_an_errored_trial_restarted_by_a_resume_logs_its_real_summary(tmp_path):
     for key in run.data.metrics:
         steps = [m.step for m in client.get_metric_history(run_id, key)]
         assert len(steps) == len(set(steps)), (key, steps)
+
+
+def test_an_end_of_sweep_done_again_after_a_resume_logs_each_parent_figure_once(tmp_path):
+    """Issue 20: the fits and figures of the parent run, sent again by a resumed sweep's end
+    (or replayed from the journal), add no second (key, step) pair and no changed param."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = make_tracker(uri)
+    parent = first.start_parent("sweep: {name: tracking-test}\n")
+    figures = ({"trials/total": 4.0, "fit/a": 1.5}, {"model.d_model": "[16, 32]"}, {"x": "1"})
+    first.log_parent_figures(*figures)
+    again = make_tracker(uri)
+    again.attach(parent)
+    again.log_parent_figures({**figures[0], "trials/terminated": 4.0}, *figures[1:])
+    assert again.finish_parent()
+    client = MlflowClient(uri)
+    run = client.get_run(parent)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["model.d_model"] == "[16, 32]" and run.data.tags["x"] == "1"
+    for key in ("trials/total", "fit/a", "trials/terminated"):
+        assert [m.step for m in client.get_metric_history(parent, key)] == [0], key
