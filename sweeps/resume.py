@@ -4,8 +4,9 @@
   retries and timeout), before any trial could start.
 - ``start_parent``: a new sweep's parent run; its id and the spec go into the output folder
   (``sweep.json``, ``spec.yaml``), so a resumed sweep finds them even without Tune's state.
-- ``parent_to_resume``: the parent run a ``--resume`` continues (the saved id, else the newest
-  unfinished parent of the experiment), or a one-line reason why there is nothing to resume.
+- ``parent_to_resume``: the parent run a ``--resume`` continues (the id saved in ``sweep.json``,
+  which must be in the store; without one, the newest unfinished parent of the experiment), or
+  a one-line reason why there is nothing to resume.
 - ``repair_snapshot``: trials whose snapshot names a deleted checkpoint restore from one that
   exists, or start again, and Tune's trial generator agrees with its trial list
   (``sweeps.snapshot``).
@@ -153,18 +154,16 @@ def _tune_can_restore(experiment_dir: str | Path) -> bool:
 
 
 def _find_parent(name: str, out_dir: Path, tracking_uri: str):
+    """The parent run that ``sweep.json`` names; without one (a folder from before it was
+    written), the newest unfinished parent of the experiment."""
     from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
 
     from sweeps.collect import newest_parent
 
     client = MlflowClient(tracking_uri)
     state = _read_state(out_dir / STATE_FILE)
     if state.get("parent_run_id"):
-        try:
-            return client.get_run(state["parent_run_id"])
-        except MlflowException:
-            pass  # another store than the first run's: look for the sweep by name
+        return _saved_parent(client, state, out_dir / STATE_FILE, tracking_uri)
     experiment = client.get_experiment_by_name(name)
     parent = None
     if experiment is not None:
@@ -175,6 +174,33 @@ def _find_parent(name: str, out_dir: Path, tracking_uri: str):
             "(use the --tracking-uri of the first run)"
         )
     return parent
+
+
+def _saved_parent(client, state: dict[str, Any], saved: Path, tracking_uri: str):
+    """The parent run ``saved`` names, or SweepError: never another sweep's parent of the same
+    name in this store, whose trials this folder's checkpoints are not."""
+    from mlflow.exceptions import MlflowException
+
+    run_id = state["parent_run_id"]
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as err:
+        if err.error_code != "RESOURCE_DOES_NOT_EXIST":
+            reason = " ".join(str(err.message).split())[:200]
+            raise SweepError(
+                f"--resume: cannot read parent run {run_id} from MLflow at {tracking_uri} "
+                f"({reason})"
+            ) from None
+        run = None
+    if run is None or run.info.lifecycle_stage == "deleted":
+        first = state.get("tracking_uri")
+        logged = f" (the first run logged to {first})" if first and first != tracking_uri else ""
+        raise SweepError(
+            f"--resume: parent run {run_id}, named in {saved}, is not in MLflow at "
+            f"{tracking_uri}{logged}; pass the --tracking-uri of the store that holds it, "
+            "or start over with --overwrite"
+        )
+    return run
 
 
 def _read_state(path: Path) -> dict[str, Any]:

@@ -277,13 +277,19 @@ def _run(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, floa
         paths = collect.write_outputs(
             trials, curves, spec.tables, out_dir, metric=spec.sweep.metric, axes=axes
         )
-        collect.log_outputs_to_parent(tracker.client, parent_id, paths)
-        scaling.log_fits_to_parent(tracker.client, parent_id, trials, spec.tables)
+        # Through the outbox like every write: a store hiccup here waits (and, past the wait,
+        # stays in the journal for --resume) instead of ending the sweep in a traceback.
+        tracker.log_outputs(paths)
+        fits = scaling.fit_metrics(scaling.table_fits(trials, spec.tables)) if len(trials) else {}
+        tracker.log_parent_figures(fits, what="the tables' fits")
         try:
             ui = _log_key_figures(spec, tracker, trials, axes, best)
         except Exception as err:  # the figures are a view; the sweep's results are safe
             print(f"warning: sweep figures not logged: {one_line(err)}", file=sys.stderr)
             ui = None
+        if not tracker.outbox.drain(tracker.drain_timeout_s):
+            print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
+            return 1
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -329,33 +335,29 @@ def _log_key_figures(
 ) -> str:
     """The sweep's figures on its parent run (the swept axes as params, the best trial and its
     metric, trials by status), the UI view that opens on it; returns that view's address."""
-    from mlflow.entities import Metric, Param, RunTag
-
     from sweeps import ui
     from sweeps.tables import is_held_out
 
     s, client, parent_id = spec.sweep, tracker.client, tracker.parent_run_id
-    params = []
+    params = {}
     for axis in axes:
         if axis in trials.columns:
             values = sorted(trials[axis].dropna().unique().tolist(), key=str)
-            params.append(Param(axis, str(values)[:6000]))
-    now = int(time.time() * 1000)
-    metrics = [Metric("trials/total", float(len(trials)), now, 0)]
+            params[axis] = str(values)[:6000]
+    metrics = {"trials/total": float(len(trials))}
     for status, count in trials["status"].fillna("UNKNOWN").value_counts().items():
-        metrics.append(Metric(f"trials/{str(status).lower()}", float(count), now, 0))
-    tags = []
+        metrics[f"trials/{str(status).lower()}"] = float(count)
+    tags = {}
     if best is not None:
         # The selection metric and, beside it, the held-out figures of the trial it chose.
-        metrics.append(Metric(f"best/{s.metric}", float(best[s.metric]), now, 0))
+        metrics[f"best/{s.metric}"] = float(best[s.metric])
         for key, value in held_out_figures(best).items():
-            metrics.append(Metric(f"best/{key}", value, now, 0))
-        tags += [RunTag("sweep.best_trial", str(best["trial_id"]))]
-        tags += [RunTag("sweep.best_run_id", str(best["run_id"]))]
-        tags += [RunTag("sweep.best_chosen_on", f"{s.metric} ({s.mode})")]
-    existing = client.get_run(parent_id).data.params  # a resumed sweep logged them already
-    params = [p for p in params if p.key not in existing]
-    client.log_batch(parent_id, metrics=metrics, params=params, tags=tags)
+            metrics[f"best/{key}"] = value
+        tags["sweep.best_trial"] = str(best["trial_id"])
+        tags["sweep.best_run_id"] = str(best["run_id"])
+        tags["sweep.best_chosen_on"] = f"{s.metric} ({s.mode})"
+    # Each figure once: a resumed sweep that ends again adds no second (key, step 0) pair.
+    tracker.log_parent_figures(metrics, params, tags)
     experiment_id = client.get_run(parent_id).info.experiment_id
     held_out = [c for c in trials.columns if is_held_out(c) and c.endswith("/exact_match")]
     state = ui.view_state(parent_id, axes, s.metric, s.mode, columns=sorted(held_out))

@@ -43,6 +43,11 @@ _STATUS = {
     "target_reached": "TERMINATED",
 }
 _BATCH = 100  # MLflow's limit of params per log_batch call
+# Which summary a child run holds: train()'s own, or a stand-in (sizes from the config, the
+# steps trained) for a trial that ended without one. An errored trial may yet be restarted by
+# a resume; its real summary must then replace the stand-in, never be taken for logged.
+SUMMARY_TAG = "sweep.summary"
+REAL, STAND_IN = "train", "stand-in"
 ML_KIND = "custom_model_development"
 
 
@@ -182,7 +187,7 @@ class MLflowTracker(Callback):
                 # MLflow keeps each key's latest value, i.e. the one at its highest step.
                 "steps": {m.key: m.step for m in run.data._metric_objs},
                 "elapsed": run.data.metrics.get("time/elapsed_s"),
-                "summary": "sweep.stopped_reason" in run.data.tags,
+                "summary": _is_real_summary(run.data.tags),
                 "stopped_reason": run.data.tags.get("sweep.stopped_reason"),
                 "status": run.data.tags.get("sweep.status"),
                 # Params go after the config artifact: with params, the setup was complete.
@@ -194,23 +199,38 @@ class MLflowTracker(Callback):
     def finish_parent(self, status: str = "FINISHED") -> bool:
         """End the parent run (after what is buffered); False if MLflow is unreachable (the
         caller waits for the buffer first, with ``outbox.drain``)."""
-        if not self.outbox.flush() or self.parent_run_id is None:
+        if self.parent_run_id is None:
+            return False
+        if self.redone["trials"]:
+            metrics = {f"resume/redone_{k}": float(v) for k, v in self.redone.items()}
+            self.log_parent_figures(metrics, what="the work the resume redid")
+        if not self.outbox.flush():
             return False
         try:
-            if self.redone["trials"]:
-                metrics = {f"resume/redone_{k}": float(v) for k, v in self.redone.items()}
-                self._log_metrics(self.parent_run_id, metrics, 0)
             self.client.set_terminated(self.parent_run_id, status=status)
         except Exception as err:  # the end of a sweep must not raise here
             print(f"warning: could not end the parent run: {one_line(err)}", file=sys.stderr)
             return False
         return True
 
+    # ---- the sweep's outputs on the parent run, through the outbox like every write ----
     def log_outputs(self, paths: list[Path]) -> None:
-        """Tables under ``tables/`` and figures under ``plots/`` of the parent run."""
-        for path in paths:
-            folder = "plots" if path.suffix == ".png" else "tables"
-            self.client.log_artifact(self.parent_run_id, str(path), folder)
+        """Tables under ``tables/`` and figures under ``plots/`` of the parent run (uploading
+        them again, after a resume, replaces the same files)."""
+        record = {"op": "outputs", "run_id": self.parent_run_id, "paths": [str(p) for p in paths]}
+        self._send({**record, "what": "the sweep's tables and plots"})
+
+    def log_parent_figures(
+        self,
+        metrics: dict[str, float],
+        params: dict[str, str] | None = None,
+        tags: dict[str, str] | None = None,
+        what: str = "the sweep's figures",
+    ) -> None:
+        """Figures of the whole sweep on the parent run, at step 0; each metric and param once
+        (``_log_parent_figures``), so an end of sweep done again on resume adds nothing twice."""
+        record = {"op": "parent", "run_id": self.parent_run_id, "metrics": metrics}
+        self._send({**record, "params": params or {}, "tags": tags or {}, "what": what})
 
     def _experiment_id(self) -> str:
         if self._experiment is None:
@@ -340,6 +360,13 @@ class MLflowTracker(Callback):
             self._log_text(record["run_id"], record["text"], "spec.yaml")
         elif op == "model":  # the trial's final model, copied out of Tune's storage
             self.client.log_artifacts(state["run_id"], record["folder"], "model")
+        elif op == "outputs":
+            from sweeps.collect import log_outputs_to_parent
+
+            paths = [Path(p) for p in record["paths"] if Path(p).is_file()]
+            log_outputs_to_parent(self.client, record["run_id"], paths)
+        elif op == "parent":
+            self._log_parent_figures(record)
         else:
             raise ValueError(f"unknown MLflow write {op!r}")
 
@@ -348,12 +375,13 @@ class MLflowTracker(Callback):
         down to what MLflow (read by ``attach``) does not hold yet; returns how many were read.
         Call after ``attach``, before Tune restarts the trials."""
         records = read_journal(self.journal) if self.journal is not None else []
+        # All queued before any is tried: the journal is cut down only once all are delivered.
         for record in records:
             record = self._still_missing(record)
             if record is not None:
-                self._send(record, journaled=True)
-        if self.journal is not None and self.journal.exists() and not self.outbox.pending:
-            os.truncate(self.journal, 0)
+                self.outbox.enqueue(record, journaled=True)
+        self.outbox.flush()
+        self.outbox.settle_journal(stale=True)
         return len(records)
 
     def _still_missing(self, record: Record) -> Record | None:
@@ -378,7 +406,8 @@ class MLflowTracker(Callback):
         if op == "metrics" and record.get("summary"):
             if state["summary"]:
                 return None
-            state.update(summary=True, stopped_reason=record["tags"]["sweep.stopped_reason"])
+            reason = record["tags"]["sweep.stopped_reason"]
+            state.update(summary=_is_real_summary(record["tags"]), stopped_reason=reason)
             return {**record, "metrics": _not_logged(state, record["metrics"], record["step"])}
         if op == "metrics":
             step = record["step"]
@@ -493,7 +522,7 @@ class MLflowTracker(Callback):
         # The summary is a trial's last report: its final status goes in the same write.
         status = _STATUS.get(reason, "TERMINATED")
         state.update(summary=True, stopped_reason=reason, status_logged=status)
-        tags = {"sweep.stopped_reason": reason, "sweep.status": status}
+        tags = {"sweep.stopped_reason": reason, "sweep.status": status, SUMMARY_TAG: REAL}
         if "final_weights" in result:  # which weights the test sets measured: best or last
             tags["sweep.final_weights"] = str(result["final_weights"])
         self._send(_summary_record(trial_id, _not_logged(state, summary, step), step, tags))
@@ -501,7 +530,8 @@ class MLflowTracker(Callback):
     def _log_fallback_summary(
         self, state: dict[str, Any], trial_id: str, config: dict[str, Any], trial, reason: str
     ) -> None:
-        """Sizes from the config (no model built) for trials that never returned a summary."""
+        """Sizes from the config (no model built) for trials that never returned a summary: a
+        stand-in (``SUMMARY_TAG``), which a summary from train() replaces."""
         summary: dict[str, float] = {}
         if self.describe is not None:
             sizes = self.describe(self.resolve(config))
@@ -519,8 +549,8 @@ class MLflowTracker(Callback):
         if isinstance(last.get("time_total_s"), int | float):
             summary["wall_time_s"] = float(last["time_total_s"])
         summary = {k: v for k, v in summary.items() if math.isfinite(v)}
-        state.update(summary=True, stopped_reason=reason)
-        tags = {"sweep.stopped_reason": reason}
+        state["stopped_reason"] = reason
+        tags = {"sweep.stopped_reason": reason, SUMMARY_TAG: STAND_IN}
         summary = _not_logged(state, summary, step)
         self._send(_summary_record(trial_id, summary, step, tags))
 
@@ -592,6 +622,19 @@ class MLflowTracker(Callback):
         history = list(zip(rows["step"], rows["value"], strict=True))
         return classify(history, status, stopped_reason, metric=name or "val/exact_match")
 
+    def _log_parent_figures(self, record: Record) -> None:
+        """The metrics and params of ``record`` the parent run does not hold yet (MLflow is the
+        truth: a resumed sweep ends again, or replays the journal), and its tags."""
+        from mlflow.entities import Param
+
+        run_id = record["run_id"]
+        held = self.client.get_run(run_id).data
+        metrics = {k: v for k, v in record["metrics"].items() if k not in held.metrics}
+        params = [Param(k, v) for k, v in record["params"].items() if k not in held.params]
+        self._log_metrics(run_id, metrics, 0, record["tags"])
+        for i in range(0, len(params), _BATCH):
+            self.client.log_batch(run_id, params=params[i : i + _BATCH])
+
     def _log_text(self, run_id: str, text: str, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / name
@@ -607,6 +650,12 @@ def _not_logged(state: dict[str, Any], metrics: dict[str, float], step: int) -> 
     new = {k: v for k, v in metrics.items() if state["steps"].get(k, -1) < step}
     state["steps"].update(dict.fromkeys(new, step))
     return new
+
+
+def _is_real_summary(tags: dict[str, str]) -> bool:
+    """Whether a child run's (or a summary write's) tags are those of train()'s summary; runs
+    logged before SUMMARY_TAG existed count a summary with a stopped_reason as real."""
+    return "sweep.stopped_reason" in tags and tags.get(SUMMARY_TAG, REAL) != STAND_IN
 
 
 def _summary_record(trial_id: str, summary: dict, step: int, tags: dict[str, str]) -> Record:

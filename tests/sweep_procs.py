@@ -62,6 +62,13 @@ def wait_until(check: Callable[[], object], timeout_s: float, proc=None, every_s
     return None
 
 
+def is_ray_worker(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::")
+    except OSError:
+        return False
+
+
 def kill(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)

@@ -19,6 +19,7 @@ from sweep_procs import (
     assert_no_duplicate_steps,
     children,
     free_port,
+    is_ray_worker,
     kill,
     metric_steps,
     result_lines,
@@ -57,7 +58,7 @@ def _kill_a_worker_mid_run(tmp_path: Path, uri: str, sets: list[str], find_victi
         found = wait_until(find_victim, 240, proc, every_s=0.05)
         assert found, (tmp_path / "run.err").read_text()[-3000:]
         victim, pid = found
-        assert _is_ray_worker(pid), pid
+        assert is_ray_worker(pid), pid
         os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=240)
     finally:
@@ -83,13 +84,6 @@ def _assert_two_finished_one_diverged(uri: str) -> int:
     assert diverged.data.tags["sweep.stopped_reason"] == "diverged"
     assert diverged.data.metrics["steps"] < 60
     return assert_no_duplicate_steps(uri, runs)
-
-
-def _is_ray_worker(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::")
-    except OSError:
-        return False
 
 
 def test_worker_killed_and_diverging_trial(tmp_path):

@@ -383,3 +383,57 @@ def test_parent_run_carries_the_choice_on_validation_and_its_held_out_figures(tm
     state = json.loads(envelope["state"])
     assert state["orderByKey"] == "metrics.`val/exact_match`" and not state["orderByAsc"]
     assert "metrics.`test/exact_match`" in state["selectedColumns"]
+
+
+def test_an_errored_trial_restarted_by_a_resume_logs_its_real_summary(tmp_path):
+    """Issue 20: the stand-in summary of an errored trial is not train()'s; a resumed sweep
+    that restarts the trial logs the real one (steps, best/*, steps to threshold, reason)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = make_tracker(uri)
+    parent = first.start_parent("sweep: {name: tracking-test}\n")
+    trial = FakeTrial("t_0", {"model.d_model": 32}, error_file="/x/error.txt")
+    first.on_trial_start(0, [], trial)
+    first.on_trial_result(1, [], trial, eval_result(0, 0.0))
+    first.on_trial_result(2, [], trial, eval_result(10, 0.5))
+    trial.last_result = {"time_total_s": 1.0}
+    first.on_trial_error(3, [], trial)
+    run_id = first.trials["t_0"]["run_id"]
+    client = MlflowClient(uri)
+    assert client.get_run(run_id).data.tags["sweep.stopped_reason"] == "error"
+
+    second = make_tracker(uri)
+    second.attach(parent)
+    second.on_trial_start(4, [], trial)  # restarted from its checkpoint at step 10
+    second.on_trial_result(5, [], trial, eval_result(10, 0.5))
+    second.on_trial_result(6, [], trial, eval_result(20, 0.75))
+    second.on_trial_result(7, [], trial, summary_result(20))
+    second.on_trial_complete(8, [], trial)
+    run = client.get_run(run_id)
+    assert run.data.tags["sweep.stopped_reason"] == "early_stopping"
+    assert (run.data.tags["sweep.status"], run.info.status) == ("EARLY_STOPPED", "FINISHED")
+    assert run.data.metrics["steps"] == 20
+    assert run.data.metrics["best/val/exact_match"] == 0.75
+    assert run.data.metrics["val/steps_to_threshold"] == 20
+    for key in run.data.metrics:
+        steps = [m.step for m in client.get_metric_history(run_id, key)]
+        assert len(steps) == len(set(steps)), (key, steps)
+
+
+def test_an_end_of_sweep_done_again_after_a_resume_logs_each_parent_figure_once(tmp_path):
+    """Issue 20: the fits and figures of the parent run, sent again by a resumed sweep's end
+    (or replayed from the journal), add no second (key, step) pair and no changed param."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = make_tracker(uri)
+    parent = first.start_parent("sweep: {name: tracking-test}\n")
+    figures = ({"trials/total": 4.0, "fit/a": 1.5}, {"model.d_model": "[16, 32]"}, {"x": "1"})
+    first.log_parent_figures(*figures)
+    again = make_tracker(uri)
+    again.attach(parent)
+    again.log_parent_figures({**figures[0], "trials/terminated": 4.0}, *figures[1:])
+    assert again.finish_parent()
+    client = MlflowClient(uri)
+    run = client.get_run(parent)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["model.d_model"] == "[16, 32]" and run.data.tags["x"] == "1"
+    for key in ("trials/total", "fit/a", "trials/terminated"):
+        assert [m.step for m in client.get_metric_history(parent, key)] == [0], key
