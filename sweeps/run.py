@@ -26,6 +26,7 @@ from sweeps.spec import SweepSpec, load_spec
 
 # MLflow writes waiting for an unreachable tracking server (sweeps.outbox), beside the outputs.
 JOURNAL_FILE = "mlflow_outbox.jsonl"
+REUSE_ACTORS = True
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -178,10 +179,11 @@ def run_sweep(
     storage: str | None = None,
     storage_shared: bool = False,
     timings: dict[str, float] | None = None,
+    reuse_actors: bool = REUSE_ACTORS,
 ) -> int:
     """Run (or with ``resume``, continue) the sweep and write its outputs; returns the exit
     code. ``timings`` (if given) receives the seconds of each phase: startup (Ray, MLflow),
-    tune, outputs."""
+    tune, outputs. ``reuse_actors``: Tune's setting (``sweeps.bench`` compares both)."""
     from sweeps import resume as resuming
 
     _quiet_logs()
@@ -224,7 +226,9 @@ def run_sweep(
             ray.shutdown()
             print(f"error: {err}", file=sys.stderr)
             return 2
-    tuner, tracker = build_tuner(spec, out_dir, tracking_uri, resume=resume, storage=storage)
+    tuner, tracker = build_tuner(
+        spec, out_dir, tracking_uri, resume=resume, storage=storage, reuse_actors=reuse_actors
+    )
     # A fresh MLflow database spends seconds creating its tables, Ray seconds starting its
     # processes: do both at once.
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -473,6 +477,7 @@ def build_tuner(
     *,
     resume: bool = False,
     storage: str | None = None,
+    reuse_actors: bool = REUSE_ACTORS,
 ):
     """The Tuner of a sweep and its MLflow callback (whose parent run the caller starts or,
     with ``resume``, attaches to). A resumed Tuner restores Tune's state from the output
@@ -542,7 +547,7 @@ def build_tuner(
         num_samples=num_samples,
         # Tune's variant generator takes its limit itself (space.search_algorithm).
         max_concurrent_trials=s.max_concurrent if s.search == "optuna" else None,
-        reuse_actors=True,
+        reuse_actors=reuse_actors,
         time_budget_s=s.time_budget_s,
     )
     if resume:
