@@ -180,8 +180,10 @@ def test_every_checkpoint_is_kept_across_a_driver_kill(tmp_path):
         assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
         assert metric_steps(uri, run)["val/exact_match"] == STEPS
     assert_no_duplicate_steps(uri, runs)
-    for names in received_checkpoints(experiment_dir).values():
-        assert len(names) == len(STEPS)  # one per evaluation (checkpoint_every_s: 0)
+    for trial_dir, names in received_checkpoints(experiment_dir).items():
+        assert len(names) >= len(STEPS)  # one per evaluation (checkpoint_every_s: 0), all kept
+        for name in names:
+            assert (experiment_dir / trial_dir / name / CHECKPOINT_FILE).is_file(), name
 
 
 def test_every_trial_is_made_before_the_first_snapshot(tmp_path):
