@@ -13,6 +13,7 @@ import ray.cloudpickle
 from ray import tune
 from sweep_procs import SMOKE, children, start_sweep
 
+from sweeps import tunefix
 from sweeps.run import tune_config
 from sweeps.spec import load_spec
 
@@ -87,3 +88,30 @@ def test_max_concurrent_is_kept_by_resources(tmp_path):
     assert len(spans) == 4
     for (_, end), (next_start, _) in itertools.pairwise(spans):
         assert end <= next_start, spans
+
+
+def two_steps(config):
+    for step in range(2):
+        tune.report({"score": config["x"] * step})
+
+
+def test_a_snapshot_copy_cut_short_is_copied_again_from_the_staging_folder(tmp_path, local_ray):
+    """The one thing sweeps.tunefix does with Tune's insides, on this Ray: Tune stages its
+    snapshot in the driver's session folder and copies it into the experiment folder; a copy
+    cut short there (a driver killed mid-copy) is replaced by the staged one."""
+    tuner = tune.Tuner(
+        two_steps,
+        param_space={"x": tune.grid_search([1, 2])},
+        run_config=tune.RunConfig(name="cut", storage_path=str(tmp_path / "ray"), verbose=0),
+    )
+    tuner.fit()
+    experiment_dir = tmp_path / "ray" / "cut"
+    snapshot = tunefix.newest_snapshot(experiment_dir)
+    whole = snapshot.read_bytes()
+    assert tunefix.staged_copies(experiment_dir, snapshot.name)
+    assert not tunefix.finish_sync(experiment_dir)  # nothing to do
+    snapshot.write_bytes(whole[: len(whole) // 2])
+    assert tunefix.finish_sync(experiment_dir)
+    assert snapshot.read_bytes() == whole
+    restored = tune.Tuner.restore(str(experiment_dir), trainable=two_steps).get_results()
+    assert sorted(r.metrics["score"] for r in restored) == [1, 2]
