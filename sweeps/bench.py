@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = parse_spec(bench_spec(args.trials, args.steps, args.concurrent))
     if args.trials < 2:
         parser.error("--trials: at least 2 (the steady state leaves the first trial out)")
-    from sweeps.run import REUSE_ACTORS
+    from sweeps.tuning import REUSE_ACTORS
 
     reuse = REUSE_ACTORS if args.reuse_actors is None else args.reuse_actors == "on"
     with tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp:

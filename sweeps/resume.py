@@ -31,7 +31,7 @@ HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT
 
 class UnstartedTrialsFilter:
     """Drops Tune's "Failed to fetch metrics" warning on --resume when every trial it lists has
-    no result file yet. Every trial is made up front (``sweeps.run.tune_config``), so a driver
+    no result file yet. Every trial is made up front (``sweeps.tuning``), so a driver
     killed early leaves trials that never started; Tune, restoring, reads the result files of
     all of them and warns about those, which simply start now."""
 

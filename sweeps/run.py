@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from arith.errors import ConfigError
+from sweeps import tuning
 from sweeps.cli import ArgumentParser
 from sweeps.outbox import one_line
 from sweeps.spec import SweepSpec, load_spec
 
 # MLflow writes waiting for an unreachable tracking server (sweeps.outbox), beside the outputs.
 JOURNAL_FILE = "mlflow_outbox.jsonl"
-# Tune's actor reuse, off: see tune_config.
-REUSE_ACTORS = False
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -180,7 +179,7 @@ def run_sweep(
     storage: str | None = None,
     storage_shared: bool = False,
     timings: dict[str, float] | None = None,
-    reuse_actors: bool = REUSE_ACTORS,
+    reuse_actors: bool = tuning.REUSE_ACTORS,
 ) -> int:
     """Run (or with ``resume``, continue) the sweep and write its outputs; returns the exit
     code. ``timings`` (if given) receives the seconds of each phase: startup (Ray, MLflow),
@@ -230,7 +229,7 @@ def run_sweep(
             ray.shutdown()
             print(f"error: {err}", file=sys.stderr)
             return 2
-    slots = uses_slots(spec, started_ray and not address)
+    slots = tuning.uses_slots(spec, started_ray and not address)
     if address and spec.sweep.max_concurrent and not slots and spec.sweep.search != "optuna":
         print(
             f"note: sweep.max_concurrent={spec.sweep.max_concurrent} caps a local Ray only; on "
@@ -494,18 +493,18 @@ def build_tuner(
     *,
     resume: bool = False,
     storage: str | None = None,
-    reuse_actors: bool = REUSE_ACTORS,
+    reuse_actors: bool = tuning.REUSE_ACTORS,
     slots: bool = False,
 ):
     """The Tuner of a sweep and its MLflow callback (whose parent run the caller starts or,
     with ``resume``, attaches to). A resumed Tuner restores Tune's state from the output
     folder; MLflow, not Tune's copy, says what is logged. ``slots``: cap concurrency with
-    TRIAL_SLOT resources (``uses_slots``)."""
+    TRIAL_SLOT resources (``sweeps.tuning.uses_slots``)."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
     from arith.trainer import describe
-    from sweeps import packing, space
+    from sweeps import packing, space, tuning
     from sweeps.callbacks import bind as bind_callbacks
     from sweeps.progress import ProgressLine
     from sweeps.tracking import MLflowTracker
@@ -549,7 +548,7 @@ def build_tuner(
     progress = ProgressLine(
         spec.name, space.n_trials(spec), s.metric, s.mode, pack_sizes=pack_sizes
     )
-    trainable = tune.with_resources(trainable, trial_resources(spec, slots))
+    trainable = tune.with_resources(trainable, tuning.trial_resources(spec, slots))
     callbacks = [bind_callbacks(spec.name, [tracker, progress]), JsonLoggerCallback()]
     if resume:
         # Tune restores its own settings, and the callbacks it pickled, which ProcessCallbacks
@@ -562,74 +561,13 @@ def build_tuner(
             param_space=param_space,
         )
         return tuner, tracker
-    run_config = tune.RunConfig(
-        name=spec.name,
-        storage_path=storage or str(out_dir / "ray"),
-        failure_config=tune.FailureConfig(max_failures=s.max_failures),
-        # Every checkpoint kept: Tune deletes those past num_to_keep as new ones arrive, between
-        # two snapshots of the experiment, and a driver killed then left a snapshot naming a
-        # checkpoint that was gone (the trial failed on --resume). These models are small.
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
-        callbacks=callbacks,
-        verbose=0,
-    )
     tuner = tune.Tuner(
         trainable,
         param_space=param_space,
-        tune_config=tune_config(spec, num_samples, reuse_actors=reuse_actors),
-        run_config=run_config,
+        tune_config=tuning.tune_config(spec, num_samples, reuse_actors=reuse_actors),
+        run_config=tuning.run_config(spec, storage or str(out_dir / "ray"), callbacks),
     )
     return tuner, tracker
-
-
-# A resource of the local Ray this driver starts, one unit per running trial: how
-# sweep.max_concurrent caps grid and random search (tune_config says why not in Tune's searcher).
-TRIAL_SLOT = "sweep_trial_slot"
-
-
-def trial_resources(spec: SweepSpec, slots: bool) -> dict[str, float]:
-    """What one trial holds: the spec's CPUs and GPUs and, with ``slots``, one TRIAL_SLOT."""
-    s = spec.sweep
-    resources = {"cpu": s.resources.cpu, "gpu": s.resources.gpu}
-    if slots:
-        resources[TRIAL_SLOT] = 1
-    return resources
-
-
-def uses_slots(spec: SweepSpec, starts_local_ray: bool) -> bool:
-    """Whether sweep.max_concurrent is kept by TRIAL_SLOT resources: grid and random search
-    on a local Ray this driver starts. On a cluster, its resources decide (Optuna's limit is
-    Tune's, tune_config)."""
-    s = spec.sweep
-    return starts_local_ray and s.max_concurrent is not None and s.search != "optuna"
-
-
-def tune_config(spec: SweepSpec, num_samples: int, *, reuse_actors: bool = REUSE_ACTORS):
-    """Tune's settings for a sweep, chosen so that Tune's own fault tolerance loses no trial:
-
-    - ``reuse_actors`` off (REUSE_ACTORS): Tune retries a failed trial only while it is
-      RUNNING, and a trial waiting for a reused actor's reset is PENDING, so a worker lost in
-      a reset ended its trial for good (a chaos run lost one). A fresh actor per trial costs
-      a worker's start (docs: the per-trial figures of ``python -m sweeps.bench``).
-    - Grid and random search make every trial up front: Tune's variant generator is given no
-      ``max_concurrent``. With one, it makes trials as others finish, saved apart from the
-      trial list, and a driver killed between the two saves left a generator that lost a trial
-      or waited forever on --resume. ``sweep.max_concurrent`` is kept by resources instead
-      (TRIAL_SLOT); Optuna's limit stays Tune's ``max_concurrent_trials``, which wraps it.
-    """
-    from ray import tune
-
-    from sweeps import space
-
-    s = spec.sweep
-    return tune.TuneConfig(
-        search_alg=space.search_algorithm(spec),
-        scheduler=space.scheduler(spec),
-        num_samples=num_samples,
-        max_concurrent_trials=s.max_concurrent if s.search == "optuna" else None,
-        reuse_actors=reuse_actors,
-        time_budget_s=s.time_budget_s,
-    )
 
 
 def _report(spec, out_dir: Path, uri: str, parent_id: str, seconds: float, errors: int) -> str:
@@ -677,15 +615,17 @@ def _quiet_logs() -> None:
 
 def _init_ray(slots: int | None = None) -> None:
     """The embedded local Ray (an existing cluster: ``sweeps.cluster.connect``), with ``slots``
-    TRIAL_SLOT resources when sweep.max_concurrent caps the trials (``uses_slots``)."""
+    TRIAL_SLOT resources when sweep.max_concurrent caps the trials (``sweeps.tuning``)."""
     import ray
+
+    from sweeps import tuning
 
     # ERROR while starting: Ray's start-up notices are not the user's business; Tune's warnings
     # during the sweep are, so its logger goes back to WARNING.
     ray.init(
         num_cpus=os.cpu_count(),
         include_dashboard=False,
-        resources={TRIAL_SLOT: slots} if slots else None,
+        resources={tuning.TRIAL_SLOT: slots} if slots else None,
         log_to_driver=False,
         logging_level=logging.ERROR,
     )

@@ -14,8 +14,8 @@ from ray import tune
 from sweep_procs import SMOKE, children, start_sweep
 
 from sweeps import tunefix
-from sweeps.run import tune_config
 from sweeps.spec import load_spec
+from sweeps.tuning import tune_config
 
 
 class FailsOneReset(tune.Trainable):
