@@ -10,11 +10,13 @@ loses no trial and nothing needs patching (``sweeps.tunefix`` holds the one thin
   trial list; a driver killed between the two saves left a generator that lost a trial or, on
   --resume, waited forever. ``sweep.max_concurrent`` is kept by resources instead
   (``TRIAL_SLOT``); Optuna's limit stays Tune's ``max_concurrent_trials``, which wraps it.
-- Every checkpoint kept (``run_config``): see there.
+- Enough checkpoints kept (``checkpoints_to_keep``) that none a snapshot of the experiment
+  names is gone when a killed driver's sweep resumes.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 # Tune's actor reuse: off (see the module docstring); ``python -m sweeps.bench --reuse-actors``.
@@ -60,18 +62,38 @@ def tune_config(spec, num_samples: int, *, reuse_actors: bool = REUSE_ACTORS):
     )
 
 
+# How long a trial's checkpoint is kept after a newer one arrives: six times Tune's shortest
+# period between snapshots of the experiment (10 s, its "auto" setting's floor).
+KEEP_CHECKPOINTS_S = 60.0
+
+
+def checkpoints_to_keep(checkpoint_every_s: float) -> int | None:
+    """Tune's ``num_to_keep`` for trials that checkpoint at most every ``checkpoint_every_s``.
+
+    Tune deletes a trial's oldest checkpoint when one past ``num_to_keep`` arrives, whether or
+    not a snapshot of the experiment has named a newer one yet; with two kept and a checkpoint
+    at every evaluation, a driver killed then left a snapshot naming a deleted checkpoint, and
+    the trial failed on --resume. Kept here: enough that a checkpoint goes only
+    KEEP_CHECKPOINTS_S after it was the newest, by when Tune has snapshot a newer one; all of
+    them (None) when trials checkpoint at every evaluation (``checkpoint_every_s: 0``, short
+    runs such as the tests'). The README gives the disk this takes."""
+    if checkpoint_every_s <= 0:
+        return None
+    return max(2, math.ceil(KEEP_CHECKPOINTS_S / checkpoint_every_s))
+
+
 def run_config(spec, storage_path: str, callbacks: list[Any]):
-    """The sweep's ``RunConfig``. Every checkpoint is kept: Tune deletes those past
-    ``num_to_keep`` as new ones arrive, between two snapshots of the experiment, and a driver
-    killed then left a snapshot naming a checkpoint that was gone (the trial failed on
-    --resume). These models are small; the README gives the disk this takes."""
+    """The sweep's ``RunConfig`` (checkpoints kept: ``checkpoints_to_keep``)."""
     from ray import tune
 
+    s = spec.sweep
     return tune.RunConfig(
         name=spec.name,
         storage_path=storage_path,
-        failure_config=tune.FailureConfig(max_failures=spec.sweep.max_failures),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
+        failure_config=tune.FailureConfig(max_failures=s.max_failures),
+        checkpoint_config=tune.CheckpointConfig(
+            num_to_keep=checkpoints_to_keep(s.checkpoint_every_s)
+        ),
         callbacks=callbacks,
         verbose=0,
     )

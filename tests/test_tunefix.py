@@ -15,7 +15,7 @@ from sweep_procs import SMOKE, children, start_sweep
 
 from sweeps import tunefix
 from sweeps.spec import load_spec
-from sweeps.tuning import tune_config
+from sweeps.tuning import KEEP_CHECKPOINTS_S, checkpoints_to_keep, tune_config
 
 
 class FailsOneReset(tune.Trainable):
@@ -72,6 +72,16 @@ def test_no_trial_is_lost_where_a_reused_actor_would_be_reset(tmp_path, local_ra
     assert [r.error for r in results] == [None, None, None]
     assert sorted(r.metrics["score"] for r in results) == [1, 2, 3]
     assert not (tmp_path / "marker").exists()  # no actor was reset
+
+
+def test_checkpoints_are_kept_long_enough_for_a_snapshot():
+    """A checkpoint goes KEEP_CHECKPOINTS_S after a newer one arrived at the earliest, or never
+    when trials checkpoint at every evaluation (tests/test_resume.py kills a driver there)."""
+    assert checkpoints_to_keep(0) is None
+    assert checkpoints_to_keep(10) == 6  # the spec's default checkpoint_every_s
+    for every_s in (0.5, 7, 10, 45, 60, 600):
+        kept = checkpoints_to_keep(every_s)
+        assert kept >= 2 and kept * every_s >= KEEP_CHECKPOINTS_S
 
 
 @pytest.mark.slow
