@@ -25,8 +25,9 @@ def start_sweep(
 ) -> subprocess.Popen:
     """The real command in its own session (so its Ray processes can be told apart)."""
     # Tune snapshots the experiment (trial list, result files) every 10 s or more; these
-    # sweeps last seconds, and the kills land between snapshots taken twice a second.
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUNE_GLOBAL_CHECKPOINT_S": "0.5"}
+    # sweeps last seconds: snapshots ten times a second let the tests see a trial mid-run (its
+    # result file is copied with them) and give each kill more snapshots to land between.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUNE_GLOBAL_CHECKPOINT_S": "0.1"}
     env.pop("MLFLOW_TRACKING_URI", None)
     args = [sys.executable, "-m", "sweeps.run", str(spec), "--out", str(tmp / "out")]
     args += ["--tracking-uri", uri, *(f"--set={s}" for s in sets)]
