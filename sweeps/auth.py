@@ -78,12 +78,9 @@ def use_token(field: str, address: str, wanted: bool) -> None:
     if not token_available():
         raise ConfigError(field, _missing(address))
     os.environ[MODE_ENV] = "token"
-    try:  # a Ray already imported has read its config: make it read the mode again
-        from ray._raylet import Config
+    from sweeps import tunefix
 
-        Config.initialize("")
-    except ImportError:
-        pass
+    tunefix.reread_ray_config()  # a Ray already imported has read its config: read the mode
 
 
 def _missing(address: str) -> str:

@@ -76,7 +76,9 @@ def run_plain(spec) -> list[float]:
     return seconds
 
 
-def run_orchestrated(spec, workdir: Path) -> tuple[float, dict[str, float], list[float]]:
+def run_orchestrated(
+    spec, workdir: Path, reuse_actors: bool = True
+) -> tuple[float, dict[str, float], list[float]]:
     """Seconds for ``run_sweep`` end to end (Ray start and stop, MLflow, outputs included),
     the seconds of its phases, and when each trial's MLflow run ended (epoch seconds)."""
     from sweeps.run import run_sweep
@@ -85,7 +87,9 @@ def run_orchestrated(spec, workdir: Path) -> tuple[float, dict[str, float], list
     timings: dict[str, float] = {}
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        code = run_sweep(spec, workdir / "out" / spec.name, uri, timings=timings)
+        code = run_sweep(
+            spec, workdir / "out" / spec.name, uri, timings=timings, reuse_actors=reuse_actors
+        )
     seconds = time.perf_counter() - start
     if code != 0:
         raise SystemExit(f"error: the orchestrated sweep failed with exit code {code}")
@@ -211,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=8, help="trials (default 8)")
     parser.add_argument("--steps", type=int, default=100, help="steps per trial (default 100)")
     parser.add_argument("--concurrent", type=int, default=1, help="trials at once (default 1)")
+    parser.add_argument(
+        "--reuse-actors",
+        choices=["on", "off"],
+        help="Tune's reuse_actors for the orchestrated side (default: the sweeps' own setting)",
+    )
     parser.add_argument("--pack", action="store_true", help="packed against unpacked trials")
     parser.add_argument("--sizes", default="30k,100k,1m", help="--pack: model sizes")
     parser.add_argument("--packs", default="1,4,16", help="--pack: pack sizes")
@@ -223,13 +232,16 @@ def main(argv: list[str] | None = None) -> int:
     spec = parse_spec(bench_spec(args.trials, args.steps, args.concurrent))
     if args.trials < 2:
         parser.error("--trials: at least 2 (the steady state leaves the first trial out)")
+    from sweeps.tuning import REUSE_ACTORS
+
+    reuse = REUSE_ACTORS if args.reuse_actors is None else args.reuse_actors == "on"
     with tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp:
         per_trial = run_plain(spec)
         plain = sum(per_trial)
         print(f"plain loop:    {plain:7.2f} s  ({plain / args.trials:.2f} s per trial)", flush=True)
-        orchestrated, phases, ends = run_orchestrated(spec, Path(tmp))
+        orchestrated, phases, ends = run_orchestrated(spec, Path(tmp), reuse)
     n = args.trials
-    how = f"Ray Tune + MLflow SQLite, {args.concurrent} at once"
+    how = f"Ray Tune + MLflow SQLite, {args.concurrent} at once, reuse_actors={reuse}"
     print(f"orchestrated:  {orchestrated:7.2f} s  ({how})")
     print("  phases:      " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
     print(f"ratio:         {orchestrated / plain:7.2f}")

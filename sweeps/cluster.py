@@ -84,6 +84,26 @@ def connect(address: str) -> None:
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
 
 
+def is_ray_client(address: str | None) -> bool:
+    """``ray://HOST:PORT``: Ray Client, which runs Tune's loop on the cluster's head."""
+    return bool(address) and address.startswith("ray://")
+
+
+def check_resume_address(address: str | None) -> None:
+    """``--resume`` restores Tune's saved state in this driver and gives it this process's
+    MLflow tracker (``sweeps.callbacks``); through Ray Client, Tune would restore on the head,
+    apart from that tracker. Refused before connecting."""
+    if is_ray_client(address):
+        host = address.removeprefix("ray://").split(":", 1)[0]
+        raise ClusterError(
+            "--address",
+            f"{address!r} is Ray Client, which cannot --resume (Tune would restore on the head, "
+            "apart from this driver's MLflow tracker); submit the resume as a job "
+            f"(python -m sweeps.submit SPEC --address http://{host}:8265 --resume) or run it on "
+            "the head with --address auto",
+        )
+
+
 def _connect_error(address: str, err: BaseException) -> str:
     chain, cause = [], err
     while cause is not None and len(chain) < 4:

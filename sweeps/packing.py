@@ -38,12 +38,13 @@ def trial_points(spec) -> list[dict[str, Any]]:
     """Every trial's flat config, in the order and with the random draws of Tune's variant
     generator for the same param space and ``sweep.seed``: trial i here is the trial whose id
     ends in ``_{i:05d}`` in an unpacked sweep."""
-    from ray.tune.search.sample import _BackwardsCompatibleNumpyRng
+    import numpy as np
     from ray.tune.search.variant_generator import generate_variants
 
     from sweeps.space import param_space
 
-    rng = _BackwardsCompatibleNumpyRng(spec.sweep.seed)
+    # The generator Tune's variant generator draws from, given the same seed.
+    rng = np.random.default_rng(spec.sweep.seed)
     points = []
     for _ in range(spec.sweep.num_samples):  # Tune draws num_samples passes over the grid
         for _, resolved in generate_variants({"config": param_space(spec)}, random_state=rng):

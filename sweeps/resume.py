@@ -7,9 +7,8 @@
 - ``parent_to_resume``: the parent run a ``--resume`` continues (the id saved in ``sweep.json``,
   which must be in the store; without one, the newest unfinished parent of the experiment), or
   a one-line reason why there is nothing to resume.
-- ``repair_snapshot``: trials whose snapshot names a deleted checkpoint restore from one that
-  exists, or start again, and Tune's trial generator agrees with its trial list
-  (``sweeps.snapshot``).
+- ``repair_snapshot``: a snapshot whose copy a killed driver cut short is copied again from
+  the driver's staging folder (``sweeps.tunefix``).
 - ``attach``: the resumed sweep's tracker, with the MLflow writes a killed driver left waiting.
 """
 
@@ -31,24 +30,25 @@ STATE_FILE = "sweep.json"
 HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 
-class StaleCheckpointFilter:
-    """Drops Tune's "Error handling checkpoint" traceback for a checkpoint directory that is
-    already gone. After a restore, Tune's snapshot still lists checkpoints that the killed driver
-    had deleted (num_to_keep); deleting them again fails, harmlessly: the new checkpoint is
-    registered before the deletion is tried."""
+class UnstartedTrialsFilter:
+    """Drops Tune's "Failed to fetch metrics" warning on --resume when every trial it lists has
+    no result file yet. Every trial is made up front (``sweeps.tuning``), so a driver
+    killed early leaves trials that never started; Tune, restoring, reads the result files of
+    all of them and warns about those, which simply start now."""
 
     def filter(self, record) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        stale = isinstance(error, FileNotFoundError) and "Error handling checkpoint" in str(
-            record.msg
-        )
-        return not stale
+        message = record.getMessage()
+        if not message.startswith("Failed to fetch metrics for "):
+            return True
+        listed = message.splitlines()[1:]
+        unstarted = "both result.json and progress.csv were not found"
+        return not (listed and all(unstarted in line for line in listed))
 
 
-def quiet_stale_checkpoints() -> None:
+def quiet_unstarted_trials() -> None:
     import logging
 
-    logging.getLogger("ray.tune.execution.tune_controller").addFilter(StaleCheckpointFilter())
+    logging.getLogger("ray.tune.analysis.experiment_analysis").addFilter(UnstartedTrialsFilter())
 
 
 class SweepError(Exception):
@@ -88,7 +88,7 @@ def start_parent(tracker, spec: SweepSpec, out_dir: Path) -> str:
     parent_id = tracker.start_parent(spec.to_yaml())
     (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
     state = {"parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
-    _write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
+    write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
     return parent_id
 
 
@@ -130,14 +130,16 @@ def parent_to_resume(
 
 
 def repair_snapshot(spec: SweepSpec, out_dir: Path, storage: str | None) -> dict[str, str]:
-    """Point trials whose snapshot names a deleted checkpoint at one that exists
-    (``sweeps.snapshot``); {what: what was done}. Local storage only."""
-    from sweeps import snapshot
+    """Copy Tune's snapshot again where a killed driver cut its copy short
+    (``sweeps.tunefix.finish_sync``); {what: what was done}. Local storage only."""
+    from sweeps import tunefix
 
     if storage and "://" in storage:
         return {}
     root = Path(storage).expanduser().resolve() if storage else out_dir / "ray"
-    return snapshot.repair(root / spec.name, seed=spec.sweep.seed)
+    if tunefix.finish_sync(root / spec.name):
+        return {"experiment state": "copied again from the driver's staging folder"}
+    return {}
 
 
 def _tune_can_restore(experiment_dir: str | Path) -> bool:
@@ -210,9 +212,10 @@ def _read_state(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """``data`` as ``path`` in one rename: a kill leaves the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.tmp")  # a dot: never matched by Tune's file patterns
+    tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
     os.replace(tmp, path)
 
 

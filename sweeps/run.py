@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from arith.errors import ConfigError
+from sweeps import tuning
 from sweeps.cli import ArgumentParser
 from sweeps.outbox import one_line
 from sweeps.spec import SweepSpec, load_spec
@@ -178,22 +179,28 @@ def run_sweep(
     storage: str | None = None,
     storage_shared: bool = False,
     timings: dict[str, float] | None = None,
+    reuse_actors: bool = tuning.REUSE_ACTORS,
 ) -> int:
     """Run (or with ``resume``, continue) the sweep and write its outputs; returns the exit
     code. ``timings`` (if given) receives the seconds of each phase: startup (Ray, MLflow),
-    tune, outputs."""
+    tune, outputs. ``reuse_actors``: Tune's setting (``sweeps.bench`` compares both)."""
+    from sweeps import cluster, tunefix
     from sweeps import resume as resuming
 
     _quiet_logs()
     timings = {} if timings is None else timings
     start = time.perf_counter()
-    # Before Ray starts: a store that cannot be reached, or nothing to resume, is one line.
+    # Before Ray starts: a Ray this project does not support, a store that cannot be reached,
+    # or nothing to resume, is one line.
     try:
+        tunefix.require_supported_ray()
         check_tracking_uri(tracking_uri)
+        if resume:
+            cluster.check_resume_address(address)
         resuming.preflight(tracking_uri)
         if resume:
             parent_id = resuming.parent_to_resume(spec, out_dir, tracking_uri, storage=storage)
-            resuming.quiet_stale_checkpoints()
+            resuming.quiet_unstarted_trials()
             for name, what in resuming.repair_snapshot(spec, out_dir, storage).items():
                 print(f"{name}: {what}", file=sys.stderr)
         else:
@@ -204,12 +211,10 @@ def run_sweep(
                 raise resuming.refuse_earlier(spec, earlier, out_dir, tracking_uri)
             if earlier:
                 resuming.remove_earlier(spec, out_dir, storage)
-    except resuming.SweepError as err:
+    except (resuming.SweepError, tunefix.UnsupportedRay, cluster.ClusterError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     import ray
-
-    from sweeps import cluster
 
     started_ray = not ray.is_initialized()
     storage = cluster.storage_path(storage, out_dir)
@@ -224,7 +229,22 @@ def run_sweep(
             ray.shutdown()
             print(f"error: {err}", file=sys.stderr)
             return 2
-    tuner, tracker = build_tuner(spec, out_dir, tracking_uri, resume=resume, storage=storage)
+    slots = tuning.uses_slots(spec, started_ray and not address)
+    if address and spec.sweep.max_concurrent and not slots and spec.sweep.search != "optuna":
+        print(
+            f"note: sweep.max_concurrent={spec.sweep.max_concurrent} caps a local Ray only; on "
+            "a cluster, its resources decide how many trials run at once",
+            file=sys.stderr,
+        )
+    tuner, tracker = build_tuner(
+        spec,
+        out_dir,
+        tracking_uri,
+        resume=resume,
+        storage=storage,
+        reuse_actors=reuse_actors,
+        slots=slots,
+    )
     # A fresh MLflow database spends seconds creating its tables, Ray seconds starting its
     # processes: do both at once.
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -235,7 +255,7 @@ def run_sweep(
         if started_ray and not address:
             # Ray takes ~10 s to start its processes; say so rather than sit silent.
             print(f"starting a local Ray ({os.cpu_count()} CPUs) ...", file=sys.stderr, flush=True)
-            _init_ray()
+            _init_ray(spec.sweep.max_concurrent if slots else None)
         parent.result()
     timings["startup"] = time.perf_counter() - start
     try:
@@ -475,21 +495,24 @@ def build_tuner(
     *,
     resume: bool = False,
     storage: str | None = None,
+    reuse_actors: bool = tuning.REUSE_ACTORS,
+    slots: bool = False,
 ):
     """The Tuner of a sweep and its MLflow callback (whose parent run the caller starts or,
     with ``resume``, attaches to). A resumed Tuner restores Tune's state from the output
-    folder and takes fresh callbacks; MLflow, not Tune's copy, says what is logged."""
+    folder; MLflow, not Tune's copy, says what is logged. ``slots``: cap concurrency with
+    TRIAL_SLOT resources (``sweeps.tuning.uses_slots``)."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
     from arith.trainer import describe
-    from sweeps import packing, space, tunefix
+    from sweeps import packing, space, tuning
+    from sweeps.callbacks import bind as bind_callbacks
     from sweeps.progress import ProgressLine
     from sweeps.tracking import MLflowTracker
     from sweeps.trainable import train_pack_trial, train_trial
 
     s = spec.sweep
-    tunefix.retry_failed_resets()  # with reuse_actors, a worker lost in a reset is retried
     # Packed: Tune runs one trial per pack, over a grid of pack numbers (sweeps.packing).
     packs = packing.build_packs(spec) if s.pack != 1 else None
     if packs is None:
@@ -527,27 +550,11 @@ def build_tuner(
     progress = ProgressLine(
         spec.name, space.n_trials(spec), s.metric, s.mode, pack_sizes=pack_sizes
     )
-    trainable = tune.with_resources(trainable, {"cpu": s.resources.cpu, "gpu": s.resources.gpu})
-    run_config = tune.RunConfig(
-        name=spec.name,
-        storage_path=storage or str(out_dir / "ray"),
-        failure_config=tune.FailureConfig(max_failures=s.max_failures),
-        # Two, not one: Tune snapshots the experiment whenever a trial has saved num_to_keep
-        # checkpoints since the last snapshot, which at one is every report.
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-        callbacks=[tracker, progress, JsonLoggerCallback()],
-        verbose=0,
-    )
-    tune_config = tune.TuneConfig(
-        search_alg=space.search_algorithm(spec),
-        scheduler=space.scheduler(spec),
-        num_samples=num_samples,
-        # Tune's variant generator takes its limit itself (space.search_algorithm).
-        max_concurrent_trials=s.max_concurrent if s.search == "optuna" else None,
-        reuse_actors=True,
-        time_budget_s=s.time_budget_s,
-    )
+    trainable = tune.with_resources(trainable, tuning.trial_resources(spec, slots))
+    callbacks = [bind_callbacks(spec.name, [tracker, progress]), JsonLoggerCallback()]
     if resume:
+        # Tune restores its own settings, and the callbacks it pickled, which ProcessCallbacks
+        # binds to this process's tracker (sweeps.callbacks).
         tuner = tune.Tuner.restore(
             f"{storage or out_dir / 'ray'}/{spec.name}",
             trainable=trainable,
@@ -555,14 +562,12 @@ def build_tuner(
             resume_errored=True,
             param_space=param_space,
         )
-        # The pickled callbacks hold the old process's clients and code; use this one's.
-        tuner._local_tuner.get_run_config().callbacks = run_config.callbacks
         return tuner, tracker
     tuner = tune.Tuner(
         trainable,
         param_space=param_space,
-        tune_config=tune_config,
-        run_config=run_config,
+        tune_config=tuning.tune_config(spec, num_samples, reuse_actors=reuse_actors),
+        run_config=tuning.run_config(spec, storage or str(out_dir / "ray"), callbacks),
     )
     return tuner, tracker
 
@@ -582,6 +587,16 @@ def _report(spec, out_dir: Path, uri: str, parent_id: str, seconds: float, error
     return "\n".join(lines)
 
 
+# Warnings silenced, each by its message, once read and judged harmless. Nothing else is: a
+# DeprecationWarning or FutureWarning is how a coming change of Ray or MLflow shows.
+QUIET_WARNINGS = [
+    # Ray 2.50's ray.init: a later Ray will stop hiding GPUs from trials that reserve none. Until
+    # then (sweeps.tunefix.RAY_RANGE) it hides them, as sweeps need: a trial with
+    # sweep.resources.gpu 0 and train.device auto must not take a GPU it did not reserve.
+    (FutureWarning, r"Tip: In future versions of Ray, Ray will no longer override accelerator"),
+]
+
+
 def _quiet_logs() -> None:
     """Ray and MLflow talk a lot at INFO; the progress line is the view of a sweep."""
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -594,21 +609,25 @@ def _quiet_logs() -> None:
     # that whatever decides on intermediate results (ASHA, Optuna) uses a per-eval metric.
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    warnings.filterwarnings("ignore", category=FutureWarning)
+    for category, message in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
     for name in ("ray", "ray.tune", "ray.train", "mlflow", "alembic", "optuna"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _init_ray() -> None:
-    """The embedded local Ray (an existing cluster: ``sweeps.cluster.connect``)."""
+def _init_ray(slots: int | None = None) -> None:
+    """The embedded local Ray (an existing cluster: ``sweeps.cluster.connect``), with ``slots``
+    TRIAL_SLOT resources when sweep.max_concurrent caps the trials (``sweeps.tuning``)."""
     import ray
+
+    from sweeps import tuning
 
     # ERROR while starting: Ray's start-up notices are not the user's business; Tune's warnings
     # during the sweep are, so its logger goes back to WARNING.
     ray.init(
         num_cpus=os.cpu_count(),
         include_dashboard=False,
+        resources={tuning.TRIAL_SLOT: slots} if slots else None,
         log_to_driver=False,
         logging_level=logging.ERROR,
     )

@@ -342,7 +342,8 @@ def search_algorithm(spec):
         return OptunaSearch(metric=s.metric, mode=s.mode, sampler=sampler)
     from ray.tune.search import BasicVariantGenerator
 
-    return BasicVariantGenerator(random_state=s.seed, max_concurrent=s.max_concurrent or 0)
+    # No max_concurrent: every trial is made up front (sweeps.tuning says why).
+    return BasicVariantGenerator(random_state=s.seed)
 
 
 def scheduler(spec):

@@ -184,8 +184,9 @@ class MLflowTracker(Callback):
                 continue
             self.trials[trial_id] = {
                 "run_id": run.info.run_id,
-                # MLflow keeps each key's latest value, i.e. the one at its highest step.
-                "steps": {m.key: m.step for m in run.data._metric_objs},
+                # MLflow keeps each key's latest value, i.e. the one at its highest step;
+                # RunData's public form with steps is its protobuf message.
+                "steps": {m.key: m.step for m in run.data.to_proto().metrics},
                 "elapsed": run.data.metrics.get("time/elapsed_s"),
                 "summary": _is_real_summary(run.data.tags),
                 "stopped_reason": run.data.tags.get("sweep.stopped_reason"),

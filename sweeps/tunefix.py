@@ -1,40 +1,140 @@
-"""A fix for a Ray Tune behaviour that loses a trial, applied in the driver before a sweep runs.
+"""The one module that reaches into Ray's insides, and the Ray versions it was tested on.
 
-With ``reuse_actors``, a trial that follows a finished one on the same actor is PENDING until the
-actor's ``reset`` returns. Tune (2.60) retries a failed trial only when it is RUNNING, so a worker
-that dies during that reset (killed, out of memory, its node lost) ends the trial in ERROR for
-good, with every retry of ``max_failures`` left and before any callback heard of it: a chaos run
-(tests/test_chaos.py, seed 7) finished with one trial of eight missing. Here such a trial counts
-as started, so Tune retries it as it retries any trial whose worker died.
+Everything else in ``sweeps`` uses Ray's public API and settings (``reuse_actors=False``, every
+trial made up front, every checkpoint kept: ``sweeps.tuning``). Two things have no public
+counterpart, and they live here:
 
-In the driver process only: through Ray Client (``ray://``) Tune's loop runs on the cluster's
-head and keeps Tune's own behaviour.
+- ``finish_sync``: Tune writes its experiment snapshot in a staging folder of the driver (under
+  Ray's session folder, ``session_*/artifacts/<time>/<experiment>/driver_artifacts``: the layout
+  of ``StorageContext.experiment_driver_staging_path``) and then copies it into the experiment
+  folder, file by file and not atomically. A driver killed during that copy leaves a snapshot
+  cut short, which ``Tuner.restore`` cannot read; the staging folder outlives the kill and holds
+  the complete one.
+
+- ``reread_ray_config``: Ray reads its settings from the environment once, when imported; a
+  token-authentication mode set later (``sweeps.auth``) takes effect only when its config reads
+  them again (``ray._raylet.Config.initialize``).
+
+Tune changes such details between minor releases, so a sweep starts only on a Ray inside
+``RAY_RANGE`` (both ends are tested in CI, each in its own virtual environment; pyproject.toml
+and the README state the same range): ``require_supported_ray`` is one line otherwise.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
 
-def retry_failed_resets() -> None:
-    """Patch ``TuneController._process_trial_failure`` once per process (idempotent)."""
-    from ray.tune.execution.tune_controller import TuneController
-    from ray.tune.experiment import Trial
+# The Ray versions this project supports: pyproject.toml and the README say the same
+# (tests/test_ray_versions.py checks), and CI runs the fault tests on both ends.
+RAY_RANGE = ">=2.50,<2.61"
+RAY_TESTED = ("2.50", "2.60")
+# What this module relies on (see its docstring): (module, class, attribute), checked at import.
+_NEEDED = [
+    ("ray.train._internal.storage", "StorageContext", "experiment_driver_staging_path"),
+    ("ray._raylet", "Config", "initialize"),
+]
 
-    original = TuneController._process_trial_failure
-    if getattr(original, "retries_failed_resets", False):
+
+def reread_ray_config() -> None:
+    """Make an imported Ray read its settings (``RAY_AUTH_MODE``, ...) from the environment
+    again; nothing if Ray was not imported yet (it will read them then)."""
+    if "ray" not in sys.modules:
         return
+    from ray._raylet import Config
 
-    def process_trial_failure(self, trial, exception):
-        if trial.status == Trial.PENDING and trial in self._resetting_trials:
-            # As Tune treats an actor that fails to start (_actor_failed): RUNNING for the
-            # retry path, unstaged if it was staged (an actor handed on when a trial stopped
-            # was not: a chaos run met Tune's "this trial was lost" there); and out of
-            # _resetting_trials, or it would never be scheduled again
-            # (_maybe_reuse_cached_actor takes it for a reset in progress).
-            self._resetting_trials.discard(trial)
-            self._set_trial_status(trial, Trial.RUNNING)
-            if trial in self._staged_trials:
-                self._unstage_trial_with_resources(trial)
-        return original(self, trial, exception)
+    Config.initialize("")
 
-    process_trial_failure.retries_failed_resets = True
-    TuneController._process_trial_failure = process_trial_failure
+
+class UnsupportedRay(Exception):
+    """The installed Ray is outside RAY_RANGE; ``str(err)`` is the one line shown."""
+
+
+def unsupported_ray(version: str | None = None) -> str | None:
+    """Why the installed Ray (or ``version``) cannot run a sweep, in one line; None if it can."""
+    import ray
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    version = version or ray.__version__
+    try:
+        supported = Version(version) in SpecifierSet(RAY_RANGE)
+    except InvalidVersion:
+        supported = False
+    if not supported:
+        return (
+            f"ray {version} is installed, but arith-sweeps supports ray{RAY_RANGE} (tested: "
+            f"{' and '.join(RAY_TESTED)}); install one with pip install "
+            f"'ray[default,tune]{RAY_RANGE}' (on a cluster: see the README, Ray versions)"
+        )
+    for module, owner, attribute in _NEEDED:
+        try:
+            found = hasattr(getattr(importlib.import_module(module), owner), attribute)
+        except (ImportError, AttributeError):
+            found = False
+        if not found:
+            return (
+                f"ray {version}: {module}.{owner}.{attribute} is missing, which sweeps.tunefix "
+                f"needs; arith-sweeps was tested with ray {' and '.join(RAY_TESTED)}"
+            )
+    return None
+
+
+def require_supported_ray() -> None:
+    """Raise UnsupportedRay (one line) unless the installed Ray is one a sweep may run on."""
+    problem = unsupported_ray()
+    if problem:
+        raise UnsupportedRay(problem)
+
+
+# At import, as the docstring says: a process that imports this module learns it at once.
+UNSUPPORTED = unsupported_ray()
+
+
+def finish_sync(experiment_dir: Path) -> bool:
+    """Copy the driver's staged snapshot into ``experiment_dir`` again where the copy there
+    differs (cut short or older) and the staged one is complete; True if it did. Local
+    storage only. See the module docstring for why."""
+    from sweeps.resume import write_atomic
+
+    snapshot = newest_snapshot(experiment_dir)
+    if snapshot is None:
+        return False
+    staged = staged_copies(experiment_dir, snapshot.name)
+    if not staged:
+        return False
+    staging = staged[-1].parent
+    try:
+        json.loads(staged[-1].read_text(encoding="utf-8"))
+    except ValueError:  # killed while Tune wrote it: the experiment folder's copy is older
+        return False
+    differs = [
+        f
+        for f in staging.iterdir()
+        if f.is_file()
+        and (
+            not (experiment_dir / f.name).is_file()
+            or (experiment_dir / f.name).read_bytes() != f.read_bytes()
+        )
+    ]
+    for f in differs:
+        write_atomic(experiment_dir / f.name, f.read_bytes())
+    return bool(differs)
+
+
+def newest_snapshot(experiment_dir: Path) -> Path | None:
+    """The snapshot Tune restores from: the newest by name (names carry the start time)."""
+    found = sorted(experiment_dir.glob("experiment_state-*.json"))
+    return found[-1] if found else None
+
+
+def staged_copies(experiment_dir: Path, name: str) -> list[Path]:
+    """The copies of snapshot file ``name`` in the drivers' staging folders under Ray's session
+    folders, oldest first."""
+    ray_tmp = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir())) / "ray"
+    pattern = f"session_*/artifacts/*/{experiment_dir.name}/driver_artifacts/{name}"
+    return sorted(ray_tmp.glob(pattern), key=lambda p: p.stat().st_mtime)

@@ -1,9 +1,31 @@
-"""Fixtures shared by test modules: a real MLflow server on 127.0.0.1."""
+"""Fixtures shared by test modules: a real MLflow server on 127.0.0.1. And the fault tests,
+which CI runs on both ends of the supported Ray range (``pytest -m faults``, .ci/run)."""
 
 from __future__ import annotations
 
 import pytest
 from sweep_procs import free_port, start_mlflow_server, stop_mlflow_server
+
+# What depends most on Tune's behaviour: resume after kills, chaos, worker kills, the Tune
+# settings, the version gate, and a sweep submitted to a head started the default way.
+FAULT_MODULES = {
+    "test_resume.py",
+    "test_chaos.py",
+    "test_faults.py",
+    "test_tunefix.py",
+    "test_ray_versions.py",
+}
+FAULT_TESTS = {
+    "test_cluster.py::test_default_head_takes_the_token_file",
+    "test_cluster.py::test_default_head_without_a_token_is_one_line_quickly",
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        where = item.nodeid.rsplit("/", 1)[-1]
+        if where.split("::")[0] in FAULT_MODULES or where.split("[")[0] in FAULT_TESTS:
+            item.add_marker(pytest.mark.faults)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,10 @@ def start_sweep(
     tmp: Path, uri: str, sets: list[str], *, resume: bool = False, spec: Path = SMOKE, log="run"
 ) -> subprocess.Popen:
     """The real command in its own session (so its Ray processes can be told apart)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # Tune snapshots the experiment (trial list, result files) every 10 s or more; these
+    # sweeps last seconds: snapshots ten times a second let the tests see a trial mid-run (its
+    # result file is copied with them) and give each kill more snapshots to land between.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUNE_GLOBAL_CHECKPOINT_S": "0.1"}
     env.pop("MLFLOW_TRACKING_URI", None)
     args = [sys.executable, "-m", "sweeps.run", str(spec), "--out", str(tmp / "out")]
     args += ["--tracking-uri", uri, *(f"--set={s}" for s in sets)]

@@ -1,7 +1,9 @@
-"""sweeps.tunefix against real Tune: a trial whose reused actor fails its reset is retried."""
+"""The sweep's Tune settings against real Tune: no trial lost where Tune's insides once lost one,
+and sweep.max_concurrent kept without Tune's variant generator."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -9,13 +11,16 @@ import pytest
 import ray
 import ray.cloudpickle
 from ray import tune
+from sweep_procs import SMOKE, children, start_sweep
 
-from sweeps.tunefix import retry_failed_resets
+from sweeps import tunefix
+from sweeps.spec import load_spec
+from sweeps.tuning import KEEP_CHECKPOINTS_S, checkpoints_to_keep, tune_config
 
 
 class FailsOneReset(tune.Trainable):
-    """Two steps per trial; the first reset for a new trial fails, as when the worker of a
-    reused actor dies (a marker file makes it once per test)."""
+    """Two steps per trial; the first reset of a reused actor for a new trial fails, as when the
+    worker dies while Tune resets it (a marker file makes it once per test)."""
 
     def setup(self, config):
         self.steps = 0
@@ -48,13 +53,15 @@ def local_ray():
     ray.shutdown()
 
 
-def test_a_trial_whose_reset_fails_is_retried(tmp_path, local_ray):
-    retry_failed_resets()
-    retry_failed_resets()  # idempotent: one patch
+def test_no_trial_is_lost_where_a_reused_actor_would_be_reset(tmp_path, local_ray):
+    """With reuse_actors, a trial waiting for a reused actor's reset is PENDING, and Tune
+    retries only RUNNING trials: a worker lost in that reset ended its trial in ERROR for good
+    (a chaos run lost one of eight). The sweep's settings start a fresh actor per trial."""
+    settings = tune_config(load_spec(SMOKE, []), num_samples=1)
     tuner = tune.Tuner(
         FailsOneReset,
         param_space={"x": tune.grid_search([1, 2, 3]), "marker": str(tmp_path / "marker")},
-        tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
+        tune_config=tune.TuneConfig(reuse_actors=settings.reuse_actors, max_concurrent_trials=1),
         run_config=tune.RunConfig(
             storage_path=str(tmp_path / "ray"),
             failure_config=tune.FailureConfig(max_failures=1),
@@ -62,6 +69,59 @@ def test_a_trial_whose_reset_fails_is_retried(tmp_path, local_ray):
         ),
     )
     results = tuner.fit()
-    assert (tmp_path / "marker").exists()  # a reset did fail
     assert [r.error for r in results] == [None, None, None]
     assert sorted(r.metrics["score"] for r in results) == [1, 2, 3]
+    assert not (tmp_path / "marker").exists()  # no actor was reset
+
+
+def test_checkpoints_are_kept_long_enough_for_a_snapshot():
+    """A checkpoint goes KEEP_CHECKPOINTS_S after a newer one arrived at the earliest, or never
+    when trials checkpoint at every evaluation (tests/test_resume.py kills a driver there)."""
+    assert checkpoints_to_keep(0) is None
+    assert checkpoints_to_keep(10) == 6  # the spec's default checkpoint_every_s
+    for every_s in (0.5, 7, 10, 45, 60, 600):
+        kept = checkpoints_to_keep(every_s)
+        assert kept >= 2 and kept * every_s >= KEEP_CHECKPOINTS_S
+
+
+@pytest.mark.slow
+def test_max_concurrent_is_kept_by_resources(tmp_path):
+    """sweep.max_concurrent=1 on a 2-CPU local Ray, all four trials made up front: their child
+    runs in MLflow (started when Tune starts a trial, ended when it ends) never overlap."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sets = ["base.train.max_steps=20", "sweep.max_concurrent=1"]
+    proc = start_sweep(tmp_path, uri, sets)
+    proc.wait(timeout=240)
+    assert proc.returncode == 0, (tmp_path / "run.err").read_text()[-3000:]
+    _, runs = children(uri, "smoke")
+    spans = sorted((r.info.start_time, r.info.end_time) for r in runs)
+    assert len(spans) == 4
+    for (_, end), (next_start, _) in itertools.pairwise(spans):
+        assert end <= next_start, spans
+
+
+def two_steps(config):
+    for step in range(2):
+        tune.report({"score": config["x"] * step})
+
+
+def test_a_snapshot_copy_cut_short_is_copied_again_from_the_staging_folder(tmp_path, local_ray):
+    """The one thing sweeps.tunefix does with Tune's insides, on this Ray: Tune stages its
+    snapshot in the driver's session folder and copies it into the experiment folder; a copy
+    cut short there (a driver killed mid-copy) is replaced by the staged one."""
+    tuner = tune.Tuner(
+        two_steps,
+        param_space={"x": tune.grid_search([1, 2])},
+        run_config=tune.RunConfig(name="cut", storage_path=str(tmp_path / "ray"), verbose=0),
+    )
+    tuner.fit()
+    experiment_dir = tmp_path / "ray" / "cut"
+    snapshot = tunefix.newest_snapshot(experiment_dir)
+    whole = snapshot.read_bytes()
+    assert tunefix.staged_copies(experiment_dir, snapshot.name)
+    assert not tunefix.finish_sync(experiment_dir)  # nothing to do
+    snapshot.write_bytes(whole[: len(whole) // 2])
+    assert tunefix.finish_sync(experiment_dir)
+    assert snapshot.read_bytes() == whole
+    restored = tune.Tuner.restore(str(experiment_dir), trainable=two_steps).get_results()
+    assert sorted(r.metrics["score"] for r in restored) == [1, 2]
