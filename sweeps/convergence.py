@@ -17,8 +17,8 @@ The rule, in order (the first that applies wins):
    the window's first and last evaluation: for a fraction (exact match, accuracy) by more than
    ``abs_tol`` (0.01, one percentage point); for any other metric (a loss) by more than
    ``rel_tol`` (2 %) of its value at the window's start. "Improved" follows the metric's
-   direction: down for a metric whose name contains "loss", else up. Such a cell is
-   budget-limited: more steps (``train.max_steps``) would change it.
+   direction (``metric_direction``: down for a loss, an error or steps to a target, else
+   up). Such a cell is budget-limited: more steps (``train.max_steps``) would change it.
 9. ``converged``: otherwise (flat over the window, or worse at its end than at its start).
 
 A trial with no history of the metric and none of the statuses above is ``unknown``.
@@ -62,6 +62,18 @@ class ConvergenceRule:
 RULE = ConvergenceRule()
 
 
+def metric_direction(metric: str) -> str | None:
+    """The better direction a metric's name implies: ``min`` for a loss, an error or a number
+    of steps to a target, ``max`` for exact match or accuracy, None when the name does not
+    say (``val/exact_match/len_5``: max)."""
+    name = metric.split("/", 1)[-1]
+    if any(word in name for word in ("loss", "error", "steps_to")):
+        return "min"
+    if "exact_match" in name or "accuracy" in name:
+        return "max"
+    return None
+
+
 def is_fraction(metric: str) -> bool:
     return "exact_match" in metric or "accuracy" in metric
 
@@ -92,7 +104,7 @@ def classify(
         return UNKNOWN
     start = _window_start(points, rule)
     first, last = points[start][1], points[-1][1]
-    gain = first - last if "loss" in metric else last - first
+    gain = first - last if metric_direction(metric) == "min" else last - first
     tolerance = rule.abs_tol if is_fraction(metric) else rule.rel_tol * abs(first)
     return STILL_IMPROVING if gain > tolerance else CONVERGED
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sweeps.convergence import BUDGET_KEY, STILL_IMPROVING
+from sweeps.convergence import BUDGET_KEY, STILL_IMPROVING, metric_direction
 from sweeps.fits import FitSpec, check_block, fit_spec_from_mapping
 
 AGGREGATES = ("mean_std", "mean", "max", "min", "median")
@@ -89,18 +89,6 @@ def held_out_message(metric: str) -> str:
         f"{metric!r} is a held-out metric; select on validation (e.g. 'val/{name}') and the "
         "held-out sets are reported for the trial chosen there"
     )
-
-
-def metric_direction(metric: str) -> str | None:
-    """The better direction a metric's name implies: ``min`` for a loss, an error or a number
-    of steps to a target, ``max`` for exact match or accuracy, None when the name does not
-    say (``val/exact_match/len_5``: max)."""
-    name = metric.split("/", 1)[-1]
-    if any(word in name for word in ("loss", "error", "steps_to")):
-        return "min"
-    if "exact_match" in name or "accuracy" in name:
-        return "max"
-    return None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlflow import MlflowClient
@@ -232,3 +233,14 @@ def call_main(argv: list[str]) -> tuple[int, str]:
         except SystemExit as stop:
             return int(stop.code or 0), err.getvalue()
     raise AssertionError("run_main always exits")
+
+
+@dataclass
+class FakeTrial:
+    """What the tracker callback reads of a Tune Trial (the tests drive the callback by hand)."""
+
+    trial_id: str
+    config: dict
+    status: str = "RUNNING"
+    last_result: dict = field(default_factory=dict)
+    error_file: str | None = None

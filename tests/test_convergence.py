@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
 
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
+from sweep_procs import FakeTrial
 
 from arith.trainer import describe
 from sweeps.collect import with_convergence
@@ -147,16 +147,6 @@ def test_a_tag_from_mlflow_wins_and_gaps_are_computed():
     assert labels == ["still_improving", "still_improving", "diverged", "unknown"]
 
 
-@dataclass
-class _Trial:
-    """What the tracker reads of a Tune Trial."""
-
-    trial_id: str
-    config: dict
-    status: str = "RUNNING"
-    last_result: dict = field(default_factory=dict)
-
-
 @pytest.mark.parametrize(
     ("time_budget_s", "status", "reason", "label"),
     [
@@ -174,7 +164,7 @@ def test_a_trial_cut_by_the_sweeps_time_budget_is_labelled_time_budget(
     tracker = MLflowTracker(uri, "budget", resolve, describe)
     tracker.setup(stop=None, num_samples=1, total_num_samples=1, time_budget_s=time_budget_s)
     tracker.start_parent("sweep: {name: budget}\n")
-    trial = _Trial("t_0", {"model.d_model": 16})
+    trial = FakeTrial("t_0", {"model.d_model": 16})
     tracker.on_trial_start(0, [], trial)
     for i, (step, value) in enumerate(_curve(RISING)):  # still rising when it was cut
         result = {"step": step, "val/exact_match": value, "training_iteration": i + 1}

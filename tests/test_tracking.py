@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlflow import MlflowClient
+from sweep_procs import FakeTrial
 
 from arith.trainer import describe
 from sweeps.space import resolve_run_config
@@ -19,17 +19,6 @@ BASE = {
     "model": {"n_layer": 1, "d_model": 32, "n_head": 2},
     "train": {"max_steps": 20, "eval_every": 10},
 }
-
-
-@dataclass
-class FakeTrial:
-    """What the callback reads of a Tune Trial."""
-
-    trial_id: str
-    config: dict
-    status: str = "RUNNING"
-    last_result: dict = field(default_factory=dict)
-    error_file: str | None = None
 
 
 def eval_result(step: int, em: float) -> dict:
