@@ -8,7 +8,8 @@
   which must be in the store; without one, the newest unfinished parent of the experiment), or
   a one-line reason why there is nothing to resume.
 - ``repair_snapshot``: a snapshot whose copy a killed driver cut short is copied again from
-  the driver's staging folder (``sweeps.tunefix``).
+  the driver's staging folder, and the trial decisions it held for saves that died with the
+  driver are dropped (``sweeps.tunefix``).
 - ``attach``: the resumed sweep's tracker, with the MLflow writes a killed driver left waiting.
 """
 
@@ -131,15 +132,19 @@ def parent_to_resume(
 
 def repair_snapshot(spec: SweepSpec, out_dir: Path, storage: str | None) -> dict[str, str]:
     """Copy Tune's snapshot again where a killed driver cut its copy short
-    (``sweeps.tunefix.finish_sync``); {what: what was done}. Local storage only."""
+    (``sweeps.tunefix.finish_sync``), then drop the decisions it held for saves that died with
+    the driver (``forget_decisions_in_flight``); {what: what was done}. Local storage only."""
     from sweeps import tunefix
 
     if storage and "://" in storage:
         return {}
     root = Path(storage).expanduser().resolve() if storage else out_dir / "ray"
+    done = {}
     if tunefix.finish_sync(root / spec.name):
-        return {"experiment state": "copied again from the driver's staging folder"}
-    return {}
+        done["experiment state"] = "copied again from the driver's staging folder"
+    if tunefix.forget_decisions_in_flight(root / spec.name):
+        done["trial decisions"] = "those waiting on saves the last driver never finished dropped"
+    return done
 
 
 def _tune_can_restore(experiment_dir: str | Path) -> bool:

@@ -1,7 +1,7 @@
 """The one module that reaches into Ray's insides, and the Ray versions it was tested on.
 
 Everything else in ``sweeps`` uses Ray's public API and settings (``reuse_actors=False``, every
-trial made up front, every checkpoint kept: ``sweeps.tuning``). Two things have no public
+trial made up front, every checkpoint kept: ``sweeps.tuning``). Three things have no public
 counterpart, and they live here:
 
 - ``finish_sync``: Tune writes its experiment snapshot in a staging folder of the driver (under
@@ -10,6 +10,13 @@ counterpart, and they live here:
   folder, file by file and not atomically. A driver killed during that copy leaves a snapshot
   cut short, which ``Tuner.restore`` cannot read; the staging folder outlives the kill and holds
   the complete one.
+
+- ``forget_decisions_in_flight``: Tune's experiment snapshot keeps the decisions its controller
+  holds back until a trial's save returns (``runner_data``: ``_cached_trial_decisions``,
+  ``_queued_trial_decisions``). A worker that dies while Tune saves its checkpoint leaves STOP
+  there for good; ``Tuner.restore(resume_errored=True)`` restarts the trial and then acts on
+  that STOP at its first save, so the trial ends after one report without its summary. A new
+  driver has no save in flight: it starts with none of them.
 
 - ``reread_ray_config``: Ray reads its settings from the environment once, when imported; a
   token-authentication mode set later (``sweeps.auth``) takes effect only when its config reads
@@ -124,6 +131,32 @@ def finish_sync(experiment_dir: Path) -> bool:
     for f in differs:
         write_atomic(experiment_dir / f.name, f.read_bytes())
     return bool(differs)
+
+
+# The controller's held-back decisions in a snapshot's runner_data (forget_decisions_in_flight).
+_DECISIONS_IN_FLIGHT = ("_cached_trial_decisions", "_queued_trial_decisions")
+
+
+def forget_decisions_in_flight(experiment_dir: Path) -> bool:
+    """Empty the held-back decisions of the snapshot Tune restores from (see the module
+    docstring); True if there were any. Local storage only."""
+    from sweeps.resume import write_atomic
+
+    snapshot = newest_snapshot(experiment_dir)
+    if snapshot is None:
+        return False
+    try:
+        state = json.loads(snapshot.read_text(encoding="utf-8"))
+    except ValueError:  # cut short: Tune cannot restore it either, and says so
+        return False
+    runner = state.get("runner_data")
+    if not isinstance(runner, dict) or not any(runner.get(k) for k in _DECISIONS_IN_FLIGHT):
+        return False
+    for key in _DECISIONS_IN_FLIGHT:
+        if key in runner:
+            runner[key] = {}
+    write_atomic(snapshot, json.dumps(state))
+    return True
 
 
 def newest_snapshot(experiment_dir: Path) -> Path | None:

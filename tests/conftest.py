@@ -7,7 +7,8 @@ import pytest
 from sweep_procs import free_port, start_mlflow_server, stop_mlflow_server
 
 # What depends most on Tune's behaviour: resume after kills, chaos, worker kills, the Tune
-# settings, the version gate, and a sweep submitted to a head started the default way.
+# settings, the version gate, a sweep submitted to a head started the default way, and a trial
+# errored for good that a resume restarts.
 FAULT_MODULES = {
     "test_resume.py",
     "test_chaos.py",
@@ -18,6 +19,7 @@ FAULT_MODULES = {
 FAULT_TESTS = {
     "test_cluster.py::test_default_head_takes_the_token_file",
     "test_cluster.py::test_default_head_without_a_token_is_one_line_quickly",
+    "test_loss_corners.py::test_a_trial_errored_for_good_then_restarted_by_resume_ends_with_its_real_summary",
 }
 
 

@@ -4,7 +4,10 @@ and sweep.max_concurrent kept without Tune's variant generator."""
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -125,3 +128,65 @@ def test_a_snapshot_copy_cut_short_is_copied_again_from_the_staging_folder(tmp_p
     assert snapshot.read_bytes() == whole
     restored = tune.Tuner.restore(str(experiment_dir), trainable=two_steps).get_results()
     assert sorted(r.metrics["score"] for r in restored) == [1, 2]
+
+
+def counts_to_four(config):
+    """Four reports, each with a checkpoint; a restored trial goes on from its checkpoint."""
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            start = int((Path(folder) / "step").read_text())
+    for step in range(start + 1, 5):
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "step").write_text(str(step))
+            tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+class KillsDuringSave(tune.Callback):
+    """SIGKILLs the trial's worker on its second result, before Tune's save of that result's
+    checkpoint reaches it: the moment a chaos kill can land on, made certain. Once: Tune
+    restores this callback with the experiment."""
+
+    def __init__(self):
+        self.killed = False
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result["step"] == 2 and not self.killed:
+            self.killed = True
+            os.kill(result["pid"], signal.SIGKILL)
+
+    def get_state(self):
+        return {"killed": self.killed}
+
+    def set_state(self, state):
+        self.killed = state["killed"]
+
+
+def test_a_trial_killed_during_a_save_is_not_stopped_after_its_resume(tmp_path, local_ray):
+    """Tune keeps the decision it takes on a trial whose save is in flight (STOP, when the
+    worker dies then) in its experiment snapshot; Tuner.restore(resume_errored=True) restarted
+    such a trial and then acted on it at its first save, ending it after one report
+    (tests/test_loss_corners.py saw it as a stand-in summary). forget_decisions_in_flight drops
+    what a new driver has no save in flight for, and the trial runs to its end."""
+    experiment_dir = tmp_path / "ray" / "killed"
+    tuner = tune.Tuner(
+        counts_to_four,
+        run_config=tune.RunConfig(
+            name="killed",
+            storage_path=str(tmp_path / "ray"),
+            callbacks=[KillsDuringSave()],
+            failure_config=tune.FailureConfig(max_failures=0),
+            verbose=0,
+        ),
+    )
+    (result,) = tuner.fit()
+    assert result.error is not None and result.metrics["step"] == 2
+    assert tunefix.forget_decisions_in_flight(experiment_dir)
+    assert not tunefix.forget_decisions_in_flight(experiment_dir)  # nothing left to forget
+    restored = tune.Tuner.restore(
+        str(experiment_dir), trainable=counts_to_four, resume_errored=True
+    )
+    (result,) = restored.fit()
+    assert result.error is None
+    assert result.metrics["step"] == 4
