@@ -64,7 +64,7 @@ def run_plain(spec) -> list[float]:
     import torch
 
     from arith.trainer import train
-    from sweeps.space import grid_points, resolve_run_config
+    from sweeps.spec.space import grid_points, resolve_run_config
 
     torch.set_num_threads(1)  # as in a Tune trial holding one CPU (Ray sets OMP_NUM_THREADS=1)
     configs = [resolve_run_config(spec.base, p, spec.derived) for p in grid_points(spec)]
@@ -81,7 +81,7 @@ def run_orchestrated(
 ) -> tuple[float, dict[str, float], list[float]]:
     """Seconds for ``run_sweep`` end to end (Ray start and stop, MLflow, outputs included),
     the seconds of its phases, and when each trial's MLflow run ended (epoch seconds)."""
-    from sweeps.run import run_sweep
+    from sweeps.runtime.driver import run_sweep
 
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     timings: dict[str, float] = {}
@@ -227,12 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.pack:
         return pack_main(args)
-    from sweeps.spec import parse_spec
+    from sweeps.spec.sweep_spec import parse_spec
 
     spec = parse_spec(bench_spec(args.trials, args.steps, args.concurrent))
     if args.trials < 2:
         parser.error("--trials: at least 2 (the steady state leaves the first trial out)")
-    from sweeps.tuning import REUSE_ACTORS
+    from sweeps.runtime.tuning import REUSE_ACTORS
 
     reuse = REUSE_ACTORS if args.reuse_actors is None else args.reuse_actors == "on"
     with tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp:

@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import os
-import shlex
 import sys
-import time
-from pathlib import Path
 
-from sweeps import auth
 from sweeps.cli import ArgumentParser
-from sweeps.cluster import PROJECT_ROOT, ClusterError, project_runtime_env
-from sweeps.spec import load_spec
-
-DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+from sweeps.cluster import auth
+from sweeps.cluster.connection import project_runtime_env
+from sweeps.cluster.jobs import (
+    DEFAULT_ADDRESS,
+    exit_code,
+    job_address,
+    job_client,
+    job_entrypoint,
+    stream_logs,
+)
+from sweeps.spec.sweep_spec import load_spec
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -53,96 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     entrypoint = job_entrypoint(args)
     address = job_address(args.address)
     auth.use_token("--address", address, auth.http_wants_token(address))
-    client = _client(address)
+    client = job_client(address)
     job_id = client.submit_job(entrypoint=entrypoint, runtime_env=project_runtime_env())
     print(f"submitted job {job_id}: {entrypoint}", file=sys.stderr)
     if args.no_wait:
         print(job_id)
         return 0
     try:
-        asyncio.run(_stream_logs(client, job_id))
+        asyncio.run(stream_logs(client, job_id))
     except KeyboardInterrupt:
         print(f"stopped following; the job goes on (ray job stop {job_id})", file=sys.stderr)
         return 130
     return exit_code(client, job_id)
-
-
-def job_address(given: str | None) -> str:
-    address = (
-        given
-        or os.environ.get("RAY_API_SERVER_ADDRESS")
-        or os.environ.get("RAY_ADDRESS")
-        or DEFAULT_ADDRESS
-    )
-    if "://" not in address:  # host:port of the dashboard
-        address = f"http://{address}"
-    return address
-
-
-def job_entrypoint(args: argparse.Namespace) -> str:
-    """The job's command line. The job runs in a copy of the project root, so the spec is
-    named relative to it, and the default output folder and SQLite store (relative to the
-    cwd) become absolute paths of this machine, which is the head when submitting locally."""
-    spec = Path(args.spec).resolve()
-    if not spec.is_relative_to(PROJECT_ROOT):
-        raise ClusterError(
-            "spec",
-            f"{args.spec!r} is outside the project {PROJECT_ROOT}, which is what is uploaded",
-        )
-    from sweeps.tracking import default_tracking_uri
-
-    command = ["python", "-m", "sweeps.run", str(spec.relative_to(PROJECT_ROOT))]
-    command += ["--address", "auto"]
-    for override in args.overrides:
-        command += ["--set", override]
-    command += ["--out", str(Path(args.out or "results").resolve())]
-    command += ["--tracking-uri", args.tracking_uri or default_tracking_uri()]
-    if args.storage:
-        command += ["--storage", args.storage]
-    if args.storage_shared:
-        command.append("--storage-shared")
-    for flag in ("resume", "overwrite"):
-        if getattr(args, flag, False):
-            command.append(f"--{flag}")
-    return shlex.join(command)
-
-
-def _client(address: str):
-    from ray.job_submission import JobSubmissionClient
-
-    # Ray's SDK logs the upload and the log stream's end; the job's logs are what this shows.
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith(("ray.dashboard", "ray._private.runtime_env")):
-            logging.getLogger(name).setLevel(logging.ERROR)
-    try:
-        return JobSubmissionClient(address)
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ClusterError("--address", f"no Ray job API at {address!r}: {text[:200]}") from None
-
-
-async def _stream_logs(client, job_id: str) -> None:
-    async for lines in client.tail_job_logs(job_id):
-        print(lines, end="", flush=True)
-
-
-def exit_code(client, job_id: str) -> int:
-    """0 for a job that succeeded, the driver's own exit code when it failed with one (2: bad
-    input found on the cluster, e.g. storage that its nodes cannot share), else 1."""
-    from ray.job_submission import JobStatus
-
-    info = client.get_job_info(job_id)
-    for _ in range(50):  # the log stream ends as the job does; its status may lag a little
-        if info.status.is_terminal():
-            break
-        time.sleep(0.2)
-        info = client.get_job_info(job_id)
-    if info.status == JobStatus.SUCCEEDED:
-        return 0
-    code = getattr(info, "driver_exit_code", None)
-    message = (info.message or "").strip().splitlines()[:1]
-    print(f"job {job_id} {info.status.value.lower()}: {''.join(message)}", file=sys.stderr)
-    return code if isinstance(code, int) and code > 0 else 1
 
 
 if __name__ == "__main__":

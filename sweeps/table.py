@@ -19,7 +19,7 @@ import yaml
 from mlflow.exceptions import MlflowException
 
 from arith.cli import HelpFormatter
-from sweeps.collect import (
+from sweeps.analysis.collect import (
     CollectError,
     child_runs,
     curves_frame,
@@ -30,8 +30,9 @@ from sweeps.collect import (
     trials_frame,
     write_outputs,
 )
-from sweeps.plots import CURVE_METRICS
-from sweeps.tables import TableSpec, default_table_specs, table_specs_from_block
+from sweeps.analysis.plots import CURVE_METRICS
+from sweeps.analysis.tables import default_table_specs
+from sweeps.spec.table_block import TableSpec, table_specs_from_block
 
 DEFAULT_OUT = "results"
 

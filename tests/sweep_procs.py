@@ -179,9 +179,9 @@ def reference_trials(
     import torch
 
     from arith.trainer import train
-    from sweeps.collect import with_convergence
-    from sweeps.space import grid_points, resolve_run_config
-    from sweeps.spec import load_spec
+    from sweeps.analysis.collect import with_convergence
+    from sweeps.spec.space import grid_points, resolve_run_config
+    from sweeps.spec.sweep_spec import load_spec
 
     loaded = load_spec(spec, sets)
     threads = torch.get_num_threads()

@@ -29,8 +29,8 @@ from sweep_procs import (
     wait_until,
 )
 
-from sweeps.collect import render_tables
-from sweeps.spec import load_spec
+from sweeps.analysis.collect import render_tables
+from sweeps.spec.sweep_spec import load_spec
 
 pytestmark = pytest.mark.slow
 

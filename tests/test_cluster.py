@@ -256,10 +256,10 @@ def test_submitted_job_lands_in_mlflow_server(cluster, mlflow_server, tmp_path):
     assert (tmp_path / "out" / "smoke" / "table.md").is_file()
     code = (
         "from ray.job_submission import JobSubmissionClient\n"
-        "from sweeps.submit import exit_code, _stream_logs\n"
+        "from sweeps.cluster.jobs import exit_code, stream_logs\n"
         "import asyncio\n"
         f"client = JobSubmissionClient({cluster.dashboard!r})\n"
-        f"asyncio.run(_stream_logs(client, {refused_id!r}))\n"
+        f"asyncio.run(stream_logs(client, {refused_id!r}))\n"
         f"raise SystemExit(exit_code(client, {refused_id!r}))\n"
     )
     waited = subprocess.run(
@@ -283,7 +283,7 @@ def test_bad_spec_is_refused_before_submitting(cluster, tmp_path):
 def test_templates_are_well_formed():
     """Not run: no Kubernetes or Slurm here. The RayJob has what KubeRay reads, its entrypoint
     is this project's command with a cluster-wide storage, and the Slurm script parses."""
-    deploy = ROOT / "sweeps" / "deploy"
+    deploy = ROOT / "sweeps" / "cluster" / "deploy"
     job = yaml.safe_load((deploy / "kuberay-rayjob.yaml").read_text())
     assert job["apiVersion"].startswith("ray.io/") and job["kind"] == "RayJob"
     spec = job["spec"]

@@ -1,7 +1,7 @@
-"""sweeps.collect and `python -m sweeps.table` against a real MLflow SQLite store.
+"""sweeps.analysis.collect and `python -m sweeps.table` against a real MLflow SQLite store.
 
-The store is written by hand with MlflowClient in the layout of sweeps/tracking.py: a parent run
-(tag sweep.role=parent, artifact spec.yaml) and one nested child run per trial.
+The store is written by hand with MlflowClient in the layout of sweeps/tracking/tracker.py: a
+parent run (tag sweep.role=parent, artifact spec.yaml) and one nested child run per trial.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from matplotlib import image
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from sweeps import collect, plots
+from sweeps.analysis import collect, plots
 from sweeps.table import main
 
 REPO = Path(__file__).resolve().parents[1]

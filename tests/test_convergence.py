@@ -1,4 +1,4 @@
-"""sweeps.convergence on hand-made curves, and its marks in the tables."""
+"""sweeps.analysis.convergence on hand-made curves, and its marks in the tables."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from mlflow import MlflowClient
 from sweep_procs import FakeTrial
 
 from arith.trainer import describe
-from sweeps.collect import with_convergence
-from sweeps.convergence import (
+from sweeps.analysis.collect import with_convergence
+from sweeps.analysis.convergence import (
     CONVERGENCE_TAG,
     budget_key,
     classify,
@@ -20,9 +20,10 @@ from sweeps.convergence import (
     improving_line,
     monitored_metric,
 )
-from sweeps.space import resolve_run_config
-from sweeps.tables import TableSpec, build_table, to_markdown
-from sweeps.tracking import MLflowTracker
+from sweeps.analysis.tables import build_table, to_markdown
+from sweeps.spec.space import resolve_run_config
+from sweeps.spec.table_block import TableSpec
+from sweeps.tracking.tracker import MLflowTracker
 
 STEPS = [100, 200, 300, 400, 500, 600]
 FLAT = [0.2, 0.6, 0.9, 0.95, 0.951, 0.952]  # rose early, flat (+0.002) over the last third

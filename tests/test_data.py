@@ -242,7 +242,7 @@ def test_a_run_reports_each_sets_size_and_training_overlap():
 
 @pytest.mark.parametrize("search", ["grid", "random"])
 def test_a_sweep_can_choose_on_the_longer_validation_set(search):
-    from sweeps.spec import SpecError, parse_spec
+    from sweeps.spec.sweep_spec import SpecError, parse_spec
 
     raw = {
         "sweep": {"name": "t", "metric": "longer_val/exact_match", "mode": "max"},

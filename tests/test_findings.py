@@ -11,9 +11,10 @@ from matplotlib import image
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from sweeps import findings, plots
-from sweeps.claims import CLAIMS
-from sweeps.resume import STATE_FILE
+from sweeps import findings
+from sweeps.analysis import findings_report, plots
+from sweeps.analysis.claims import CLAIMS
+from sweeps.analysis.collect import STATE_FILE
 
 
 def test_grokking_check_says_which_decay_groks():
@@ -229,7 +230,7 @@ def test_findings_command_runs_a_space_and_rebuilds_the_report_from_mlflow(tmp_p
     assert "| 16 " in report and "val/exact_match" in report
     # the section's plot is the sweep's figure, written at the report's dpi: a marker at the
     # cell's parameters and mean validation exact match over its two seeds
-    trials, _, _, figure = findings.collect_sweep("smoke", tmp_path / "results", uri)
+    trials, _, _, figure = findings_report.collect_sweep("smoke", tmp_path / "results", uri)
     height, width = image.imread(out / "findings" / "smoke.png").shape[:2]
     assert (width, height) == tuple(np.round(figure.get_size_inches() * 110).astype(int))
     ax = figure.axes[0]
@@ -306,7 +307,7 @@ def _state(results, parent_id: str) -> None:
 def test_report_reads_the_parent_the_state_file_names_not_the_newest(tmp_path):
     uri, older, _ = _two_parents(tmp_path)
     _state(tmp_path / "results", older)
-    trials, *_ = findings.collect_sweep("smoke", tmp_path / "results", uri)
+    trials, *_ = findings_report.collect_sweep("smoke", tmp_path / "results", uri)
     assert trials["model.d_model"].tolist() == [32]
 
 

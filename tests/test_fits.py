@@ -1,5 +1,5 @@
-"""sweeps.fits and sweeps.scaling: a power law recovered from synthetic noisy data, the
-too-few-points refusal, fits per group and where they are written."""
+"""sweeps.analysis.power_law and sweeps.analysis.table_fits: a power law recovered from synthetic
+noisy data, the too-few-points refusal, fits per group and where they are written."""
 
 from __future__ import annotations
 
@@ -8,11 +8,18 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from sweeps import plots
-from sweeps.collect import render_tables
-from sweeps.fits import fit_columns, fit_power_law, floored_error, group_keys
-from sweeps.scaling import fit_metrics, fit_note, log_fits_to_parent, table_fits, with_fit_columns
-from sweeps.tables import summarise, table_specs_from_block
+from sweeps.analysis import plots
+from sweeps.analysis.collect import render_tables
+from sweeps.analysis.power_law import fit_columns, fit_power_law, floored_error, group_keys
+from sweeps.analysis.table_fits import (
+    fit_metrics,
+    fit_note,
+    log_fits_to_parent,
+    table_fits,
+    with_fit_columns,
+)
+from sweeps.analysis.tables import summarise
+from sweeps.spec.table_block import table_specs_from_block
 
 METRIC = "test/exact_match"
 X = np.repeat([1e4, 3e4, 1e5, 3e5, 1e6, 3e6], 3)

@@ -26,7 +26,7 @@ from sweep_procs import (
     wait_until,
 )
 
-from sweeps.outbox import read_journal
+from sweeps.tracking.outbox import read_journal
 
 pytestmark = pytest.mark.slow
 

@@ -18,10 +18,10 @@ from sweep_procs import free_port
 from test_tracking import BASE, FakeTrial, eval_result
 
 from arith.trainer import describe
-from sweeps.outbox import is_transient, read_journal
-from sweeps.resume import HTTP_ENV
-from sweeps.space import resolve_run_config
-from sweeps.tracking import MLflowTracker
+from sweeps.runtime.resume import HTTP_ENV
+from sweeps.spec.space import resolve_run_config
+from sweeps.tracking.outbox import is_transient, read_journal
+from sweeps.tracking.tracker import MLflowTracker
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ from sweep_procs import (
     reference_trials,
 )
 
-from sweeps import run
-from sweeps.collect import render_tables
-from sweeps.packing import build_packs, trial_points
-from sweeps.spec import load_spec
+from sweeps.analysis.collect import render_tables
+from sweeps.runtime import driver
+from sweeps.spec.packing import build_packs, trial_points
+from sweeps.spec.sweep_spec import load_spec
 
 # Six trials (three learning rates x two seeds) of one shape: packs of 4 and 2.
 SETS = [
@@ -71,15 +71,15 @@ def test_packs_group_same_shape_trials_in_tune_order():
     assert {m.point["model.d_model"] for m in packs[0]} == {16}
     spec = load_spec(SMOKE, [*SETS, "sweep.pack=4"])
     assert [[m.index for m in pack] for pack in build_packs(spec)] == [[0, 1, 2, 3], [4, 5]]
-    text = run.dry_run_text(spec)
+    text = driver.dry_run_text(spec)
     assert "2 packs (sweep.pack=4) train these 6 trials:" in text
     assert "  pack 1: 2 trial(s) 00004,00005" in text
 
 
 def test_auto_packs_as_many_as_fit_and_keeps_concurrent_slots_busy(monkeypatch):
     from arith.trainer import describe
-    from sweeps import packing
-    from sweeps.space import resolve_run_config
+    from sweeps.spec import packing
+    from sweeps.spec.space import resolve_run_config
 
     spec = load_spec(SMOKE, [*SETS, "sweep.pack=auto", "sweep.max_concurrent=null"])
     assert [len(pack) for pack in build_packs(spec)] == [6]  # tiny models: the whole group
@@ -89,13 +89,13 @@ def test_auto_packs_as_many_as_fit_and_keeps_concurrent_slots_busy(monkeypatch):
     monkeypatch.undo()
     spec = load_spec(SMOKE, [*SETS, "sweep.pack=auto", "sweep.max_concurrent=4"])
     assert [len(pack) for pack in build_packs(spec)] == [2, 2, 2]  # 6 trials over 4 slots
-    assert "(sweep.pack=auto)" in run.dry_run_text(spec)
+    assert "(sweep.pack=auto)" in driver.dry_run_text(spec)
 
 
 def test_the_progress_line_counts_trials_not_packs():
     from types import SimpleNamespace
 
-    from sweeps.progress import ProgressLine
+    from sweeps.runtime.progress import ProgressLine
 
     line = ProgressLine("s", 6, "val/exact_match", "max", pack_sizes=[4, 2])
     trials = [SimpleNamespace(status="TERMINATED", config={"pack": 0})]
@@ -169,8 +169,8 @@ def test_random_trials_are_drawn_as_tune_draws_them():
     from ray.tune.experiment import Experiment
     from ray.tune.search import BasicVariantGenerator
 
-    from sweeps.packing import trial_points
-    from sweeps.space import param_space
+    from sweeps.spec.packing import trial_points
+    from sweeps.spec.space import param_space
 
     sets = ["sweep.search=random", "sweep.num_samples=3", "sweep.seed=7"]
     sets.append("space.optim.lr={loguniform: [0.0001, 0.01]}")

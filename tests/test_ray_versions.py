@@ -1,6 +1,6 @@
 """The Ray versions a sweep runs on: one declared range, stated alike in pyproject.toml, the
-README, CI and ``sweeps.tunefix``; a sweep outside it stops in one line before anything
-starts; and only ``sweeps.tunefix`` reaches into Ray's (or MLflow's) insides."""
+README, CI and ``sweeps.cluster.tunefix``; a sweep outside it stops in one line before anything
+starts; and only ``sweeps.cluster.tunefix`` reaches into Ray's (or MLflow's) insides."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 import ray
 from sweep_procs import SMOKE, call_main
 
-from sweeps import tunefix
+from sweeps.cluster import tunefix
 
 ROOT = Path(__file__).resolve().parents[1]
 # The one module allowed private names of dependencies (it checks Ray's version).
-GATE = ROOT / "sweeps" / "tunefix.py"
+GATE = ROOT / "sweeps" / "cluster" / "tunefix.py"
 
 
 def test_the_declared_range_is_stated_alike_everywhere():
@@ -58,7 +58,7 @@ def test_an_unsupported_ray_is_one_line_before_anything_starts(tmp_path, monkeyp
 
 def test_a_sweep_silences_warnings_only_by_message(monkeypatch):
     """No process-wide silencing: a DeprecationWarning is how a coming Ray change shows."""
-    from sweeps.run import QUIET_WARNINGS, _quiet_logs
+    from sweeps.runtime.driver import QUIET_WARNINGS, _quiet_logs
 
     for name in ("RAY_DEDUP_LOGS", "RAY_AIR_NEW_OUTPUT", "MLFLOW_LOGGING_LEVEL"):
         monkeypatch.delenv(name, raising=False)
@@ -130,8 +130,8 @@ def _private_module(module: str) -> bool:
 
 def test_only_the_gate_module_reaches_into_dependencies():
     """In ``sweeps/`` (``arith/`` is torch's side and imports neither Ray nor MLflow)."""
-    paths = sorted((ROOT / "sweeps").glob("*.py"))
-    own = own_private_names(paths + sorted((ROOT / "arith").glob("*.py")))
+    paths = sorted((ROOT / "sweeps").rglob("*.py"))
+    own = own_private_names(paths + sorted((ROOT / "arith").rglob("*.py")))
     found = [use for path in paths if path != GATE for use in private_uses(path, own)]
     assert found == []
 

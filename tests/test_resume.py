@@ -29,8 +29,8 @@ from sweep_procs import (
 )
 
 from arith.checkpoint import FILE as CHECKPOINT_FILE
-from sweeps.collect import render_tables
-from sweeps.spec import load_spec
+from sweeps.analysis.collect import render_tables
+from sweeps.spec.sweep_spec import load_spec
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ def logged_progress(uri: str) -> set[tuple[str, int]]:
 
 @pytest.mark.parametrize("pack", [1, 2], ids=["unpacked", "packed"])
 def test_driver_killed_at_random_points_then_resumed(tmp_path, pack):
-    """``pack=2``: the same sweep in two packs of two (sweeps.packing), killed and resumed."""
+    """``pack=2``: the same sweep in two packs of two (sweeps.spec.packing), killed and resumed."""
     rng = random.Random(2024)
     sets = [*SETS, f"sweep.pack={pack}"]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -255,7 +255,7 @@ def test_resume_through_ray_client_is_one_line_before_connecting(tmp_path):
 
 
 def test_a_sweep_with_trials_missing_says_so():
-    from sweeps.run import _missing_line
+    from sweeps.runtime.driver import _missing_line
 
     spec = load_spec(SMOKE, [])
     ran = pd.DataFrame({"status": ["TERMINATED", "EARLY_STOPPED", "ERROR", "TERMINATED"]})

@@ -5,16 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sweeps.tables import (
-    Selection,
-    TableSpec,
-    build_table,
-    describe,
-    select_trials,
-    summarise,
-    table_specs_from_block,
-    to_markdown,
-)
+from sweeps.analysis.tables import build_table, describe, select_trials, summarise, to_markdown
+from sweeps.spec.table_block import Selection, TableSpec, table_specs_from_block
 
 VAL, TEST = "val/exact_match", "test/exact_match"
 # (d_model, lr) whose validation is best; the other lr is worse on validation but better on test,
@@ -156,13 +148,13 @@ def _ranked(val, loss, ids=None) -> pd.DataFrame:
     ],
 )
 def test_best_trial_breaks_ties_on_val_loss_then_trial_order(val, loss, ids, expected):
-    from sweeps.run import best_trial
+    from sweeps.runtime.driver import best_trial
 
     assert best_trial(_ranked(val, loss, ids), VAL, "max")["trial_id"] == expected
 
 
 def test_best_trial_on_a_loss_takes_the_lowest_and_ties_go_to_the_first_trial():
-    from sweeps.run import best_trial
+    from sweeps.runtime.driver import best_trial
 
     trials = _ranked([0.5, 0.9, 0.9], [0.2, 0.1, 0.1], ["t_00002", "t_00001", "t_00000"])
     assert best_trial(trials, "val/loss", "min")["trial_id"] == "t_00000"
@@ -170,8 +162,8 @@ def test_best_trial_on_a_loss_takes_the_lowest_and_ties_go_to_the_first_trial():
 
 
 def test_best_trial_line_says_it_was_chosen_on_validation(tmp_path):
-    from sweeps.run import _best_lines, best_trial
-    from sweeps.spec import parse_spec
+    from sweeps.runtime.driver import _best_lines, best_trial
+    from sweeps.spec.sweep_spec import parse_spec
 
     raw = {"sweep": {"name": "s"}, "space": {"model.d_model": [16, 32]}}
     trials = _ranked([0.9, 1.0, 1.0], [0.3, 0.2, 0.1]).assign(**{"ood/exact_match": 0.25})
@@ -195,6 +187,6 @@ def test_best_trial_line_says_it_was_chosen_on_validation(tmp_path):
     ],
 )
 def test_held_out_sets_are_whole_namespaces(metric, held_out):
-    from sweeps.tables import is_held_out
+    from sweeps.spec.metrics import is_held_out
 
     assert is_held_out(metric) is held_out

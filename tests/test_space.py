@@ -8,9 +8,9 @@ import pytest
 from ray import tune
 
 from arith.errors import ConfigError
-from sweeps import space
-from sweeps.spec import SpecError, parse_spec
-from sweeps.trainable import reportable, summary_report
+from sweeps.runtime.trainable import reportable, summary_report
+from sweeps.spec import space
+from sweeps.spec.sweep_spec import SpecError, parse_spec
 
 BASE = {
     "task": {"name": "addition", "n_digits": 2},

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeps.spec import SpecError, apply_overrides, load_spec, parse_spec
+from sweeps.spec.sweep_spec import SpecError, apply_overrides, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -213,8 +213,8 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, spec, args, expected):
 
 def test_dry_run_shows_each_trials_steps_from_a_flops_budget():
     from arith.trainer import planned_steps
-    from sweeps.run import dry_run_text
-    from sweeps.space import resolve_run_config
+    from sweeps.runtime.driver import dry_run_text
+    from sweeps.spec.space import resolve_run_config
 
     spec = load_spec(
         ROOT / "search_spaces" / "smoke.yaml",
@@ -289,7 +289,7 @@ def test_grid_repeats_without_a_seed_axis_are_refused():
 
 
 def test_shipped_search_spaces_select_on_validation():
-    from sweeps.tables import is_held_out, metric_direction
+    from sweeps.spec.metrics import is_held_out, metric_direction
 
     for path in sorted((ROOT / "search_spaces").glob("*.yaml")):
         sweep = load_spec(path).sweep

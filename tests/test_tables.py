@@ -1,4 +1,4 @@
-"""sweeps.tables and sweeps.plots on trials frames built by hand."""
+"""sweeps.analysis.tables and sweeps.analysis.plots on trials frames built by hand."""
 
 from __future__ import annotations
 
@@ -8,20 +8,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweeps import plots
-from sweeps.scaling import table_fits
-from sweeps.tables import (
-    TableSpec,
+from sweeps.analysis import plots
+from sweeps.analysis.table_fits import table_fits
+from sweeps.analysis.tables import (
     build_table,
     default_table_specs,
     format_cell,
     primary_metric,
     render_markdown,
     summarise,
-    table_specs_from_block,
     to_markdown,
     varied_axes,
 )
+from sweeps.spec.table_block import TableSpec, table_specs_from_block
 
 METRIC = "test/exact_match"
 
@@ -374,8 +373,8 @@ def test_exact_match_by_length_puts_trained_and_longer_lengths_on_one_axis(tmp_p
     ],
 )
 def test_pooled_axes_are_named_in_the_caption(rows, columns, pooled):
-    from sweeps.collect import render_tables
-    from sweeps.tables import describe, pooled_axes
+    from sweeps.analysis.collect import render_tables
+    from sweeps.analysis.tables import describe, pooled_axes
 
     trials = _trials()
     # A value derived from the width is constant in a width's cells: not pooled by a width row.
@@ -393,7 +392,8 @@ def test_pooled_axes_are_named_in_the_caption(rows, columns, pooled):
 
 
 def test_a_selected_key_is_not_pooled():
-    from sweeps.tables import Selection, pooled_axes
+    from sweeps.analysis.tables import pooled_axes
+    from sweeps.spec.table_block import Selection
 
     trials = _trials().assign(**{"val/exact_match": lambda f: f[METRIC]})
     spec = TableSpec(

@@ -11,8 +11,8 @@ from mlflow import MlflowClient
 from sweep_procs import FakeTrial
 
 from arith.trainer import describe
-from sweeps.space import resolve_run_config
-from sweeps.tracking import MLflowTracker, training_metrics
+from sweeps.spec.space import resolve_run_config
+from sweeps.tracking.tracker import MLflowTracker, training_metrics
 
 BASE = {
     "task": {"name": "addition", "n_digits": 2},
@@ -316,7 +316,7 @@ def test_spec_of_a_new_parent_waits_in_the_outbox_when_the_store_fails(tmp_path)
 
 def test_a_trial_that_errors_before_it_starts_still_gets_its_child_run(tmp_path):
     """Tune can end a trial in ERROR without on_trial_start (a reused actor lost during its
-    reset, before sweeps.tunefix): MLflow must still show it, failed, with its params."""
+    reset, before sweeps.cluster.tunefix): MLflow must still show it, failed, with its params."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = make_tracker(uri)
     tracker.start_parent("sweep: {name: tracking-test}\n")
@@ -338,9 +338,9 @@ def test_parent_run_carries_the_choice_on_validation_and_its_held_out_figures(tm
     with the held-out column shown."""
     import pandas as pd
 
-    from sweeps import ui
-    from sweeps.run import _log_key_figures, best_trial
-    from sweeps.spec import load_spec
+    from sweeps.runtime.driver import _log_key_figures, best_trial
+    from sweeps.spec.sweep_spec import load_spec
+    from sweeps.tracking import ui
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = make_tracker(uri)

@@ -16,9 +16,9 @@ import ray.cloudpickle
 from ray import tune
 from sweep_procs import SMOKE, children, start_sweep
 
-from sweeps import tunefix
-from sweeps.spec import load_spec
-from sweeps.tuning import KEEP_CHECKPOINTS_S, checkpoints_to_keep, tune_config
+from sweeps.cluster import tunefix
+from sweeps.runtime.tuning import KEEP_CHECKPOINTS_S, checkpoints_to_keep, tune_config
+from sweeps.spec.sweep_spec import load_spec
 
 
 class FailsOneReset(tune.Trainable):
@@ -109,7 +109,7 @@ def two_steps(config):
 
 
 def test_a_snapshot_copy_cut_short_is_copied_again_from_the_staging_folder(tmp_path, local_ray):
-    """The one thing sweeps.tunefix does with Tune's insides, on this Ray: Tune stages its
+    """The one thing sweeps.cluster.tunefix does with Tune's insides, on this Ray: Tune stages its
     snapshot in the driver's session folder and copies it into the experiment folder; a copy
     cut short there (a driver killed mid-copy) is replaced by the staged one."""
     tuner = tune.Tuner(

@@ -82,7 +82,7 @@ class ProgressLine(Callback):
         )
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
-        # A packed sweep reports its members' metrics under "members" (sweeps.packing).
+        # A packed sweep reports its members' metrics under "members" (sweeps.spec.packing).
         for reported in [result, *result.get("members", {}).values()]:
             self._consider(reported.get(self.metric))
 

@@ -41,7 +41,7 @@ def trial_points(spec) -> list[dict[str, Any]]:
     import numpy as np
     from ray.tune.search.variant_generator import generate_variants
 
-    from sweeps.space import param_space
+    from sweeps.spec.space import param_space
 
     # The generator Tune's variant generator draws from, given the same seed.
     rng = np.random.default_rng(spec.sweep.seed)
@@ -55,7 +55,7 @@ def trial_points(spec) -> list[dict[str, Any]]:
 def build_packs(spec) -> list[list[Member]]:
     """The sweep's packs, in the order of their first member; members in trial order."""
     from arith.trainer import pack_key
-    from sweeps.space import resolve_run_config
+    from sweeps.spec.space import resolve_run_config
 
     groups: dict[tuple, list[Member]] = {}
     for index, point in enumerate(trial_points(spec)):

@@ -15,16 +15,16 @@ half an example (``0.5 / data.<set>_size``), and the fit says how many were floo
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-LAWS = ("power",)
+from sweeps.spec.table_block import FitSpec
+
 MIN_DISTINCT_X = 4
-_FIT_KEYS = ("x", "y", "law", "per")
 # The x a fit is usually made against (summary columns; any config path works too):
 # n_params (arith.model.n_params), tokens (training tokens, steps x batch_size x sequence
 # length) and flops (training FLOPs, tokens x flops_per_token; arith.trainer.step_cost).
@@ -38,78 +38,6 @@ X_SOURCES = {
 PARAMS = ("E", "A", "alpha")
 HUBER_DELTA = 1e-3
 LEVEL = 0.9
-
-
-@dataclass(frozen=True)
-class FitSpec:
-    """A table's ``fit:``: which column is x, which is y, and the law."""
-
-    x: str
-    y: str
-    law: str = "power"
-    per: tuple[str, ...] | None = None
-    """Table keys to fit separately by (one law per combination of their values); None: the
-    table's row and column keys that x is not computed from (``group_keys``)."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.per, str):
-            object.__setattr__(self, "per", (self.per,))
-        elif self.per is not None:
-            object.__setattr__(self, "per", tuple(self.per))
-        for key in ("x", "y"):
-            value = getattr(self, key)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"{key}: expected a column name, but got {value!r}")
-        if self.law not in LAWS:
-            raise ValueError(f"law: must be one of {', '.join(LAWS)}, but got {self.law!r}")
-
-    @property
-    def fits_error(self) -> bool:
-        """A fraction that grows with scale (exact match, accuracy) is fitted as its error
-        ``1 - y``, which falls as the law does."""
-        return "exact_match" in self.y or "accuracy" in self.y
-
-    @property
-    def target(self) -> str:
-        """The fitted quantity as written in the equation: ``test/loss`` or
-        ``1 - test/exact_match``."""
-        return f"1 - {self.y}" if self.fits_error else self.y
-
-    def predict(self, fit: PowerLawFit, x: np.ndarray | float) -> np.ndarray:
-        """The fitted curve in the units of y (undoing ``1 - y`` for a fraction)."""
-        return 1 - fit.predict(x) if self.fits_error else fit.predict(x)
-
-
-def check_block(
-    item: object, path: str, allowed: tuple[str, ...], required: tuple[str, str], name: str
-) -> None:
-    """ValueError naming ``path`` (or ``path.<key>``) unless ``item`` is a mapping of ``allowed``
-    keys holding both ``required`` ones (the ``select:`` and ``fit:`` blocks of a table)."""
-    needs = " and ".join(required)
-    if not isinstance(item, Mapping):
-        raise ValueError(f"{path}: expected a mapping with {needs}, but got {item!r}")
-    unknown = sorted(set(item) - set(allowed), key=str)
-    if unknown:
-        raise ValueError(f"{path}.{unknown[0]}: unknown key (allowed: {', '.join(allowed)})")
-    for key in required:
-        if key not in item:
-            raise ValueError(f"{path}.{key}: missing ({name} needs {needs})")
-
-
-def fit_spec_from_mapping(item: object, path: str) -> FitSpec | None:
-    """``fit:`` as written (None when absent); errors are one line naming ``path.<key>``."""
-    if item is None:
-        return None
-    check_block(item, path, _FIT_KEYS, ("x", "y"), "fit")
-    per = item.get("per")
-    if per is not None and not (
-        isinstance(per, list) and all(isinstance(k, str) and k for k in per)
-    ):
-        raise ValueError(f"{path}.per: expected a list of table keys, but got {per!r}")
-    try:
-        return FitSpec(item["x"], item["y"], item.get("law", "power"), per)
-    except ValueError as err:
-        raise ValueError(f"{path}.{err}") from None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ writer. That keeps SQLite usable as the default store and the bookkeeping in one
   metric; a result's metrics are logged only for keys whose last step is before the result's.
   A trial restored from a checkpoint, or a whole sweep restored after its driver was killed,
   therefore never logs a (key, step) pair twice and never gets a second child run.
-- Writes go through an ordered buffer (``sweeps.outbox.Outbox``): when the store is
+- Writes go through an ordered buffer (``sweeps.tracking.outbox.Outbox``): when the store is
   unreachable, they wait in order and are retried on later results and, with a bounded wait,
   at the end of the sweep, so a short outage loses nothing and does not stop the trials.
   Each write is a record (``_apply`` carries it out); those that wait are journaled in the
@@ -31,9 +31,9 @@ import yaml
 from ray.tune import Callback
 
 from arith.trainer import SUMMARY_KEYS
-from sweeps.convergence import CONVERGENCE_TAG
-from sweeps.outbox import Outbox, Record, one_line, read_journal
-from sweeps.packing import PACK_KEY, Member, member_trial_id
+from sweeps.analysis.convergence import CONVERGENCE_TAG
+from sweeps.spec.packing import PACK_KEY, Member, member_trial_id
+from sweeps.tracking.outbox import Outbox, Record, one_line, read_journal
 
 # Reported keys without a namespace that are still training metrics (the rest are Tune's own).
 PLAIN_METRICS = ("epoch", "lr")
@@ -107,7 +107,7 @@ class MLflowTracker(Callback):
         self.model_dir = model_dir
         # The sweep metric, whose history decides a trial's convergence tag where it has one.
         self.metric = metric
-        # A packed sweep's packs (sweeps.packing): each Tune trial is a pack, each member a
+        # A packed sweep's packs (sweeps.spec.packing): each Tune trial is a pack, each member a
         # trial of its own here, with the id and child run it would have had unpacked.
         self.packs = packs
         self.parent_run_id: str | None = None
@@ -123,7 +123,8 @@ class MLflowTracker(Callback):
 
     def setup(self, stop=None, num_samples=None, total_num_samples=None, **info) -> None:
         # Tune's sweep-wide time_budget_s stops running trials as a scheduler would; its end,
-        # kept here, tells a trial it cut from one ASHA stopped (sweeps.convergence labels).
+        # kept here, tells a trial it cut from one ASHA stopped (the labels of
+        # sweeps.analysis.convergence).
         budget = info.get("time_budget_s")
         budget = budget.total_seconds() if hasattr(budget, "total_seconds") else budget
         self._budget_ends = time.monotonic() + budget if budget else None
@@ -172,7 +173,7 @@ class MLflowTracker(Callback):
 
     def attach(self, parent_run_id: str) -> None:
         """Continue the sweep of ``parent_run_id``: its child runs and what they hold."""
-        from sweeps.collect import child_runs
+        from sweeps.analysis.collect import child_runs
 
         self.parent_run_id = parent_run_id
         parent = self.client.get_run(parent_run_id)
@@ -246,7 +247,7 @@ class MLflowTracker(Callback):
                     self.experiment_name, artifact_location=location
                 )
             # Model training, not GenAI: the UI's kind tag (MLflow 3.17's UI reads its kind
-            # from the address, see sweeps.ui, but older and newer ones read this tag).
+            # from the address, see sweeps.tracking.ui, but older and newer ones read this tag).
             self.client.set_experiment_tag(self._experiment, "mlflow.experimentKind", ML_KIND)
         return self._experiment
 
@@ -362,7 +363,7 @@ class MLflowTracker(Callback):
         elif op == "model":  # the trial's final model, copied out of Tune's storage
             self.client.log_artifacts(state["run_id"], record["folder"], "model")
         elif op == "outputs":
-            from sweeps.collect import log_outputs_to_parent
+            from sweeps.analysis.collect import log_outputs_to_parent
 
             paths = [Path(p) for p in record["paths"] if Path(p).is_file()]
             log_outputs_to_parent(self.client, record["run_id"], paths)
@@ -606,10 +607,10 @@ class MLflowTracker(Callback):
         )  # fmt: skip
 
     def _convergence(self, run_id: str, status: str, stopped_reason: str | None) -> str:
-        """The trial's sweeps.convergence label, from its metric history in MLflow."""
+        """The trial's sweeps.analysis.convergence label, from its metric history in MLflow."""
         import pandas as pd
 
-        from sweeps.convergence import MONITORED, classify, monitored_metric
+        from sweeps.analysis.convergence import MONITORED, classify, monitored_metric
 
         records = [
             (name, m.step, m.value)

@@ -53,8 +53,8 @@ class Claim:
     companions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Further sweeps of the same spec run side by side: sweep name -> ``--set`` overrides."""
     plot: str | None = None
-    """The figure that shows the phenomenon (a key of ``sweeps.plots.plots_for``), if not the
-    report's default choice."""
+    """The figure that shows the phenomenon (a key of ``sweeps.analysis.plots.plots_for``), if
+    not the report's default choice."""
 
 
 def _pct(x: float) -> str:

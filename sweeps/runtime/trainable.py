@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sweeps.packing import PACK_KEY, Member
-from sweeps.space import Derived, resolve_run_config
+from sweeps.spec.packing import PACK_KEY, Member
+from sweeps.spec.space import Derived, resolve_run_config
 
 # train() marks its last report "done": 1, which Tune would take as "stop this trial now",
 # before the summary report; the checkpoint path is not a metric.
@@ -85,7 +85,7 @@ def train_pack_trial(
     packs: list[list[Member]],
     checkpoint_every_s: float = 0.0,
 ) -> None:
-    """Tune's function trainable of a packed sweep (sweeps.packing): trains the members of pack
+    """Tune's function trainable of a packed sweep (sweeps.spec.packing): trains the members of pack
     ``config["pack"]`` together. Each report carries ``members``: ``{index in the pack: that
     member's metrics}`` for the members evaluated at one step, with the checkpoint of the whole
     pack that holds them; the last report carries every member's summary."""

@@ -1,6 +1,6 @@
 """MLflow -> trials and curves DataFrames -> tables.md, table.csv, trials.csv and plots.
 
-Reads only MLflow (the layout in sweeps/tracking.py): the sweep's parent run (tag
+Reads only MLflow (the layout in sweeps/tracking/tracker.py): the sweep's parent run (tag
 ``sweep.role=parent``) and its nested child runs, one per trial (tag ``mlflow.parentRunId``).
 Params come back as strings; they are turned back into numbers column by column, so a column of
 ``"64"``/``"128"`` is an int column and ``"None"`` becomes a missing value.
@@ -21,11 +21,10 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
-from sweeps.convergence import CONVERGENCE_TAG, budget_key, convergence_column
-from sweeps.plots import CURVE_METRICS, plots_for
-from sweeps.scaling import GroupFit, fit_note, table_fits, with_fit_columns
-from sweeps.tables import (
-    TableSpec,
+from sweeps.analysis.convergence import CONVERGENCE_TAG, budget_key, convergence_column
+from sweeps.analysis.plots import CURVE_METRICS, plots_for
+from sweeps.analysis.table_fits import GroupFit, fit_note, table_fits, with_fit_columns
+from sweeps.analysis.tables import (
     build_table,
     default_table_specs,
     describe,
@@ -34,7 +33,11 @@ from sweeps.tables import (
     summarise,
     to_markdown,
 )
+from sweeps.spec.table_block import TableSpec
 
+# The file in a sweep's output folder that names its MLflow parent run (``parent_run_id``, and
+# the ``tracking_uri`` it went to), written as the sweep starts (sweeps.runtime.resume).
+STATE_FILE = "sweep.json"
 FRONT_COLUMNS = ("trial_id", "status", "stopped_reason", "run_id")
 SIZE_COLUMNS = ("n_params", "n_params_non_embedding", "flops_per_token")
 TAIL_COLUMNS = ("steps", "wall_time_s")
@@ -342,8 +345,9 @@ def front_first(columns: Iterable[str], axes: Sequence[str], metric: str | None)
 def with_convergence(
     trials: pd.DataFrame, curves: pd.DataFrame, metric: str | None = None
 ) -> pd.DataFrame:
-    """The trials with a ``convergence`` column (sweeps.convergence) after ``stopped_reason``:
-    the tracker's tag where a run has one, else the label computed from ``curves``."""
+    """The trials with a ``convergence`` column (sweeps.analysis.convergence) after
+    ``stopped_reason``: the tracker's tag where a run has one, else the label computed from
+    ``curves``."""
     if trials.empty:
         return trials
     if "convergence" in trials.columns and trials["convergence"].notna().all():

@@ -78,7 +78,7 @@ def use_token(field: str, address: str, wanted: bool) -> None:
     if not token_available():
         raise ConfigError(field, _missing(address))
     os.environ[MODE_ENV] = "token"
-    from sweeps import tunefix
+    from sweeps.cluster import tunefix
 
     tunefix.reread_ray_config()  # a Ray already imported has read its config: read the mode
 

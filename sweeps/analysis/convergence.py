@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from sweeps.spec.metrics import metric_direction
+
 DIVERGED, EARLY_STOPPED, TIME_BUDGET = "diverged", "early_stopped", "time_budget"
 STILL_IMPROVING, CONVERGED, UNKNOWN = "still_improving", "converged", "unknown"
 LABELS = (CONVERGED, STILL_IMPROVING, DIVERGED, EARLY_STOPPED, TIME_BUDGET, UNKNOWN)
@@ -60,18 +62,6 @@ class ConvergenceRule:
 
 
 RULE = ConvergenceRule()
-
-
-def metric_direction(metric: str) -> str | None:
-    """The better direction a metric's name implies: ``min`` for a loss, an error or a number
-    of steps to a target, ``max`` for exact match or accuracy, None when the name does not
-    say (``val/exact_match/len_5``: max)."""
-    name = metric.split("/", 1)[-1]
-    if any(word in name for word in ("loss", "error", "steps_to")):
-        return "min"
-    if "exact_match" in name or "accuracy" in name:
-        return "max"
-    return None
 
 
 def is_fraction(metric: str) -> bool:

@@ -11,21 +11,22 @@ and column keys), only the trials of the ``over`` values (e.g. the learning rate
 metric, averaged over seeds, is best; the cell then reports those trials, and the chosen
 ``over`` values appear as extra columns. Selection is on a validation metric; test metrics are
 reported at the choice, never selected on (a ``test/`` ``by`` is refused).
+
+A table's ``TableSpec`` comes from a spec's ``table:`` block (``sweeps.spec.table_block``), or
+from ``default_table_specs`` when the spec names none.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from sweeps.convergence import BUDGET_KEY, STILL_IMPROVING, metric_direction
-from sweeps.fits import FitSpec, check_block, fit_spec_from_mapping
+from sweeps.analysis.convergence import BUDGET_KEY, STILL_IMPROVING
+from sweeps.spec.table_block import TableSpec
 
-AGGREGATES = ("mean_std", "mean", "max", "min", "median")
 # Every value gets all of these; ``n`` counts the trials with a value, ``trials`` all of them.
 STATS = ("mean", "std", "n", "trials", "min", "max", "median")
 # Counts that read better as integers than as "12345.000".
@@ -34,191 +35,11 @@ PRIMARY_METRICS = ("test/exact_match", "best/val/exact_match", "val/exact_match"
 MISSING = "—"
 # The row label of a table without row keys.
 ALL_LABEL = "all"
-_SPEC_KEYS = ("name", "rows", "columns", "values", "aggregate", "select", "fit")
-_SELECT_KEYS = ("over", "by", "mode")
-MODES = ("min", "max")
-# Sets reported once, at the end, and never chosen on: a trial selected on one of them would
-# make its figure the maximum of noise, not a held-out estimate. Whole namespaces ("longer/"),
-# so a validation set such as longer_val/ stays selectable.
-HELD_OUT_PREFIXES = ("test/", "ood/", "longer/", "edge/", "carry/")
 # The stat under which a selected cell's chosen ``over`` value is kept (not one of STATS).
 CHOSEN = "chosen"
 # With a ``convergence`` column in the trials: how many of a cell's trials still improved.
 IMPROVING_COLUMN = ("convergence", STILL_IMPROVING)
 IMPROVING_MARK = " ↑"
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Best-per-cell selection: keep the ``over`` values whose mean ``by`` is best in a cell."""
-
-    over: tuple[str, ...]
-    """Keys chosen per cell, e.g. ``("optim.lr",)``."""
-    by: str
-    """The metric that decides, averaged over the seeds of each choice; never a test metric."""
-    mode: str | None = None
-    """``min`` or ``max``; None: ``min`` for a metric whose name contains "loss", else ``max``."""
-
-    def __post_init__(self) -> None:
-        over = (self.over,) if isinstance(self.over, str) else tuple(self.over)
-        object.__setattr__(self, "over", over)
-        if not over:
-            raise ValueError("over: must name at least one key, but got []")
-        if not isinstance(self.by, str) or not self.by:
-            raise ValueError(f"by: expected a metric name, but got {self.by!r}")
-        if is_held_out(self.by):
-            raise ValueError(f"by: {held_out_message(self.by)}")
-        if self.mode is not None and self.mode not in MODES:
-            raise ValueError(f"mode: must be min or max, but got {self.mode!r}")
-
-    @property
-    def direction(self) -> str:
-        """``min`` or ``max``: the given mode, else from the metric's name."""
-        return self.mode or metric_direction(self.by) or "max"
-
-
-def is_held_out(metric: str) -> bool:
-    """Whether ``metric`` belongs to a held-out set (HELD_OUT_PREFIXES), never selected on."""
-    return metric.startswith(HELD_OUT_PREFIXES)
-
-
-def held_out_message(metric: str) -> str:
-    """Why a held-out metric cannot select, and the validation metric to use instead."""
-    name = metric.split("/", 1)[-1]
-    return (
-        f"{metric!r} is a held-out metric; select on validation (e.g. 'val/{name}') and the "
-        "held-out sets are reported for the trial chosen there"
-    )
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """One scaling table: which keys make its rows and columns, which values fill its cells."""
-
-    name: str = "table"
-    """Heading in table.md and suffix of table_<name>.csv."""
-    rows: tuple[str, ...] = ()
-    """Row keys: dotted config paths or trial columns such as ``n_params``."""
-    columns: tuple[str, ...] = ()
-    """Column keys; when given, the table is a pivot of rows x columns."""
-    values: tuple[str, ...] = ("test/exact_match",)
-    """Metric names or summary columns shown in the cells."""
-    aggregate: str = "mean_std"
-    """How a cell summarises its group: mean_std | mean | max | min | median."""
-    select: Selection | None = None
-    """Best-per-cell selection (see the module docstring), or None to report every trial."""
-    fit: FitSpec | None = None
-    """A scaling law fitted to the table's (selected) trials (sweeps.fits), or None."""
-
-    def __post_init__(self) -> None:
-        # Accept lists (and a lone string) so callers can pass YAML values straight through.
-        for field in ("rows", "columns", "values"):
-            keys = getattr(self, field)
-            object.__setattr__(self, field, (keys,) if isinstance(keys, str) else tuple(keys))
-        if self.aggregate not in AGGREGATES:
-            raise ValueError(
-                f"aggregate must be one of {', '.join(AGGREGATES)}, but got {self.aggregate!r}"
-            )
-        if not self.values:
-            raise ValueError(f"table {self.name!r}: values must not be empty")
-        shared = sorted(set(self.rows) & set(self.columns))
-        if shared:
-            raise ValueError(f"table {self.name!r}: {shared[0]!r} is both a row and a column key")
-        if self.fit is not None and self.fit.per is not None:
-            stray = [k for k in self.fit.per if k not in {*self.rows, *self.columns}]
-            if stray or self.fit.x in self.fit.per:
-                bad = stray[0] if stray else self.fit.x
-                raise ValueError(
-                    f"fit.per: {bad!r} is not a row or column key other than x "
-                    f"(keys: {', '.join([*self.rows, *self.columns]) or 'none'})"
-                )
-        if self.select is not None:
-            keyed = sorted(set(self.select.over) & {*self.rows, *self.columns})
-            if keyed:
-                raise ValueError(
-                    f"select.over: {keyed[0]!r} is also a row or column key; a cell can only "
-                    "choose among keys it does not fix"
-                )
-
-
-def table_specs_from_block(block: object) -> list[TableSpec]:
-    """The ``table:`` block of a search-space file (one mapping, a list of them, or None): the
-    one parser of it (``sweeps.spec`` adds the checks that need the run config). An unnamed
-    table is ``table``, ``table_2``, ...; names must be unique, as each names a
-    ``table_<name>.csv``. Errors are ValueErrors whose text is ``<dotted path>: <message>``."""
-    if block is None:
-        return []
-    if isinstance(block, Mapping):
-        items, paths = [block], ["table"]
-    elif isinstance(block, list):
-        items, paths = block, [f"table[{i}]" for i in range(len(block))]
-    else:
-        raise ValueError(f"table: expected a mapping or a list of mappings, but got {block!r}")
-    specs = [
-        _spec_from_mapping(item, path, i)
-        for i, (item, path) in enumerate(zip(items, paths, strict=True))
-    ]
-    first: dict[str, str] = {}
-    for spec, path in zip(specs, paths, strict=True):
-        if spec.name in first:
-            raise ValueError(
-                f"{path}.name: {spec.name!r} already names {first[spec.name]}; table names must "
-                "be unique (each names a table_<name>.csv)"
-            )
-        first[spec.name] = path
-    return specs
-
-
-def _spec_from_mapping(item: object, path: str, index: int) -> TableSpec:
-    if not isinstance(item, Mapping):
-        raise ValueError(f"{path}: expected a mapping, but got {item!r}")
-    unknown = sorted(set(item) - set(_SPEC_KEYS), key=str)
-    if unknown:
-        raise ValueError(f"{path}.{unknown[0]}: unknown key (allowed: {', '.join(_SPEC_KEYS)})")
-    name = item.get("name", "table" if index == 0 else f"table_{index + 1}")
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{path}.name: expected a non-empty string, but got {name!r}")
-    aggregate = item.get("aggregate", "mean_std")
-    if aggregate not in AGGREGATES:
-        raise ValueError(
-            f"{path}.aggregate: must be one of {', '.join(AGGREGATES)}, but got {aggregate!r}"
-        )
-    keys = {f: _string_list(item.get(f, []), f"{path}.{f}") for f in ("rows", "columns")}
-    values = _string_list(item.get("values", ["test/exact_match"]), f"{path}.values")
-    if not values:
-        raise ValueError(f"{path}.values: must not be empty")
-    select = _selection_from_mapping(item.get("select"), f"{path}.select")
-    fit = fit_spec_from_mapping(item.get("fit"), f"{path}.fit")
-    try:
-        return TableSpec(
-            name,
-            tuple(keys["rows"]),
-            tuple(keys["columns"]),
-            tuple(values),
-            aggregate,
-            select,
-            fit,
-        )
-    except ValueError as err:
-        sep = "." if str(err).startswith(("select.", "fit.")) else ": "
-        raise ValueError(f"{path}{sep}{err}") from None
-
-
-def _selection_from_mapping(item: object, path: str) -> Selection | None:
-    if item is None:
-        return None
-    check_block(item, path, _SELECT_KEYS, ("over", "by"), "select")
-    over = _string_list(item["over"], f"{path}.over")
-    try:
-        return Selection(tuple(over), item["by"], item.get("mode"))
-    except ValueError as err:
-        raise ValueError(f"{path}.{err}") from None
-
-
-def _string_list(value: object, path: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"{path}: expected a list of names, but got {value!r}")
-    return value
 
 
 def varied_axes(trials: pd.DataFrame) -> list[str]:

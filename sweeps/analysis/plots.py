@@ -19,15 +19,15 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from sweeps.fits import FitSpec, GroupFit, equation, floored_error, set_size_column
-from sweeps.tables import (
-    TableSpec,
+from sweeps.analysis.power_law import GroupFit, equation, floored_error, set_size_column
+from sweeps.analysis.tables import (
     build_table,
     format_key,
     primary_metric,
     select_trials,
     varied_axes,
 )
+from sweeps.spec.table_block import FitSpec, TableSpec
 
 CURVE_METRICS = ("val/exact_match", "train/loss")
 WIDTH_DEPTH = ("model.d_model", "model.n_layer")
@@ -131,7 +131,8 @@ def exact_match_vs_params(
 
 def _mark_floored(ax, data: pd.DataFrame, x: str, metric: str) -> list:
     """Ring the trials at 100 % whose error the fit took at the set's resolution
-    (sweeps.fits.floored_error): the law did not see them as measured; the legend counts them."""
+    (sweeps.analysis.power_law.floored_error): the law did not see them as measured; the legend
+    counts them."""
     floored = floored_error(data, metric)[1]
     if not floored.any():
         return []

@@ -342,7 +342,7 @@ def search_algorithm(spec):
         return OptunaSearch(metric=s.metric, mode=s.mode, sampler=sampler)
     from ray.tune.search import BasicVariantGenerator
 
-    # No max_concurrent: every trial is made up front (sweeps.tuning says why).
+    # No max_concurrent: every trial is made up front (sweeps.runtime.tuning says why).
     return BasicVariantGenerator(random_state=s.seed)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A sweep on a Slurm allocation: a Ray head on the first node, a Ray worker on each other node,
 # then `python -m sweeps.run --address` on the head, then Ray stopped on every node.
-#   sbatch sweeps/deploy/slurm-sweep.sh search_spaces/width_vs_depth.yaml --set ...
+#   sbatch sweeps/cluster/deploy/slurm-sweep.sh search_spaces/width_vs_depth.yaml --set ...
 # Ready to edit: the #SBATCH lines, the environment activation, STORAGE and TRACKING_URI.
 # Requirements (see the README, "Clusters"): the project and its virtual environment on a
 # filesystem every node mounts (the job runs from the submit directory), STORAGE on a shared

@@ -1,5 +1,6 @@
-"""A table's scaling-law fits (sweeps.fits) over its selected trials, and where they go: lines
-under the table in table.md, ``fit:*`` columns in table.csv, metrics of the MLflow parent run."""
+"""A table's scaling-law fits (sweeps.analysis.power_law) over its selected trials, and where
+they go: lines under the table in table.md, ``fit:*`` columns in table.csv, metrics of the
+MLflow parent run."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pandas as pd
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from sweeps.fits import GroupFit, fit_columns, format_fit, group_fits, key_text
-from sweeps.tables import TableSpec, select_trials
+from sweeps.analysis.power_law import GroupFit, fit_columns, format_fit, group_fits, key_text
+from sweeps.analysis.tables import select_trials
+from sweeps.spec.table_block import TableSpec
 
 __all__ = [
     "GroupFit",

@@ -9,7 +9,7 @@
   a one-line reason why there is nothing to resume.
 - ``repair_snapshot``: a snapshot whose copy a killed driver cut short is copied again from
   the driver's staging folder, and the trial decisions it held for saves that died with the
-  driver are dropped (``sweeps.tunefix``).
+  driver are dropped (``sweeps.cluster.tunefix``).
 - ``attach``: the resumed sweep's tracker, with the MLflow writes a killed driver left waiting.
 """
 
@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
-from sweeps.spec import SweepSpec
+from sweeps.analysis.collect import STATE_FILE
+from sweeps.spec.sweep_spec import SweepSpec
 
-STATE_FILE = "sweep.json"
 # Bounded MLflow HTTP calls: without these a dead server blocks each call for minutes
 # (7 retries with exponential backoff), stalling the driver and with it every trial.
 HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
@@ -33,7 +33,7 @@ HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT
 
 class UnstartedTrialsFilter:
     """Drops Tune's "Failed to fetch metrics" warning on --resume when every trial it lists has
-    no result file yet. Every trial is made up front (``sweeps.tuning``), so a driver
+    no result file yet. Every trial is made up front (``sweeps.runtime.tuning``), so a driver
     killed early leaves trials that never started; Tune, restoring, reads the result files of
     all of them and warns about those, which simply start now."""
 
@@ -83,13 +83,15 @@ def preflight(tracking_uri: str) -> None:
 
 def start_parent(tracker, spec: SweepSpec, out_dir: Path) -> str:
     """A new sweep's parent run; its id and the spec are saved in ``out_dir`` for --resume."""
+    from sweeps.cluster import tunefix
+
     out_dir.mkdir(parents=True, exist_ok=True)  # the journal's folder, before any write waits
     if tracker.journal is not None:  # an earlier sweep's undelivered writes are not this one's
         tracker.journal.unlink(missing_ok=True)
     parent_id = tracker.start_parent(spec.to_yaml())
     (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
     state = {"parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
-    write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
+    tunefix.write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
     return parent_id
 
 
@@ -132,9 +134,10 @@ def parent_to_resume(
 
 def repair_snapshot(spec: SweepSpec, out_dir: Path, storage: str | None) -> dict[str, str]:
     """Copy Tune's snapshot again where a killed driver cut its copy short
-    (``sweeps.tunefix.finish_sync``), then drop the decisions it held for saves that died with
-    the driver (``forget_decisions_in_flight``); {what: what was done}. Local storage only."""
-    from sweeps import tunefix
+    (``sweeps.cluster.tunefix.finish_sync``), then drop the decisions it held for saves that died
+    with the driver (``forget_decisions_in_flight``); {what: what was done}. Local storage
+    only."""
+    from sweeps.cluster import tunefix
 
     if storage and "://" in storage:
         return {}
@@ -165,7 +168,7 @@ def _find_parent(name: str, out_dir: Path, tracking_uri: str):
     written), the newest unfinished parent of the experiment."""
     from mlflow import MlflowClient
 
-    from sweeps.collect import newest_parent
+    from sweeps.analysis.collect import newest_parent
 
     client = MlflowClient(tracking_uri)
     state = _read_state(out_dir / STATE_FILE)
@@ -215,13 +218,6 @@ def _read_state(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """``data`` as ``path`` in one rename: a kill leaves the old file or the new one."""
-    tmp = path.with_name(f".{path.name}.tmp")  # a dot: never matched by Tune's file patterns
-    tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
-    os.replace(tmp, path)
 
 
 def first_difference(old: Any, new: Any, path: str = "") -> str | None:

@@ -1,7 +1,7 @@
 """The one module that reaches into Ray's insides, and the Ray versions it was tested on.
 
 Everything else in ``sweeps`` uses Ray's public API and settings (``reuse_actors=False``, every
-trial made up front, every checkpoint kept: ``sweeps.tuning``). Three things have no public
+trial made up front, every checkpoint kept: ``sweeps.runtime.tuning``). Three things have no public
 counterpart, and they live here:
 
 - ``finish_sync``: Tune writes its experiment snapshot in a staging folder of the driver (under
@@ -19,8 +19,8 @@ counterpart, and they live here:
   driver has no save in flight: it starts with none of them.
 
 - ``reread_ray_config``: Ray reads its settings from the environment once, when imported; a
-  token-authentication mode set later (``sweeps.auth``) takes effect only when its config reads
-  them again (``ray._raylet.Config.initialize``).
+  token-authentication mode set later (``sweeps.cluster.auth``) takes effect only when its
+  config reads them again (``ray._raylet.Config.initialize``).
 
 Tune changes such details between minor releases, so a sweep starts only on a Ray inside
 ``RAY_RANGE`` (both ends are tested in CI, each in its own virtual environment; pyproject.toml
@@ -85,8 +85,9 @@ def unsupported_ray(version: str | None = None) -> str | None:
             found = False
         if not found:
             return (
-                f"ray {version}: {module}.{owner}.{attribute} is missing, which sweeps.tunefix "
-                f"needs; arith-sweeps was tested with ray {' and '.join(RAY_TESTED)}"
+                f"ray {version}: {module}.{owner}.{attribute} is missing, which "
+                "sweeps.cluster.tunefix needs; arith-sweeps was tested with ray "
+                f"{' and '.join(RAY_TESTED)}"
             )
     return None
 
@@ -106,8 +107,6 @@ def finish_sync(experiment_dir: Path) -> bool:
     """Copy the driver's staged snapshot into ``experiment_dir`` again where the copy there
     differs (cut short or older) and the staged one is complete; True if it did. Local
     storage only. See the module docstring for why."""
-    from sweeps.resume import write_atomic
-
     snapshot = newest_snapshot(experiment_dir)
     if snapshot is None:
         return False
@@ -140,8 +139,6 @@ _DECISIONS_IN_FLIGHT = ("_cached_trial_decisions", "_queued_trial_decisions")
 def forget_decisions_in_flight(experiment_dir: Path) -> bool:
     """Empty the held-back decisions of the snapshot Tune restores from (see the module
     docstring); True if there were any. Local storage only."""
-    from sweeps.resume import write_atomic
-
     snapshot = newest_snapshot(experiment_dir)
     if snapshot is None:
         return False
@@ -171,3 +168,10 @@ def staged_copies(experiment_dir: Path, name: str) -> list[Path]:
     ray_tmp = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir())) / "ray"
     pattern = f"session_*/artifacts/*/{experiment_dir.name}/driver_artifacts/{name}"
     return sorted(ray_tmp.glob(pattern), key=lambda p: p.stat().st_mtime)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """``data`` as ``path`` in one rename: a kill leaves the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.tmp")  # a dot: never matched by Tune's file patterns
+    tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    os.replace(tmp, path)

@@ -27,7 +27,7 @@ from arith import dataconf
 from arith.config import load_yaml, with_floats
 from arith.errors import ConfigError, require
 from arith.trainer import SUMMARY_KEYS
-from sweeps.space import Derived, Dimension, parse_derived, parse_dimension
+from sweeps.spec.space import Derived, Dimension, parse_derived, parse_dimension
 
 BLOCKS = ("sweep", "base", "space", "derived", "table")
 # Metrics train() reports only once, at the end: a scheduler or a model-based searcher that
@@ -86,8 +86,8 @@ class SweepSettings:
     # Each costs a copy into storage; 0 checkpoints at every evaluation.
     checkpoint_every_s: float = 10.0
     # Trials that share every shape-determining key train up to this many at once, as one
-    # stacked model in one Tune trial (sweeps.packing); each is still its own trial in MLflow.
-    # "auto": as many as fit the trial's memory (sweeps.packing.auto_pack_size).
+    # stacked model in one Tune trial (sweeps.spec.packing); each is still its own trial in MLflow.
+    # "auto": as many as fit the trial's memory (sweeps.spec.packing.auto_pack_size).
     pack: int | Literal["auto"] = 1
 
 
@@ -99,7 +99,7 @@ class SweepSpec:
     base: dict[str, Any]
     space: dict[str, Dimension]
     derived: dict[str, Derived]
-    tables: tuple[Any, ...]  # sweeps.tables.TableSpec
+    tables: tuple[Any, ...]  # sweeps.spec.table_block.TableSpec
     raw: dict[str, Any]  # the spec as run (after --set), for the MLflow artifact
 
     @property
@@ -195,7 +195,7 @@ def _parse(raw: dict[str, Any]) -> SweepSpec:
     _check_repeats(space, derived, sweep)
     tables = _parse_tables(raw.get("table"), paths)
     spec = SweepSpec(sweep, base, space, derived, tables, raw)
-    from sweeps.space import validation_points
+    from sweeps.spec.space import validation_points
 
     metrics = _check_configs(spec, validation_points(spec))
     _check_metrics(spec, metrics)
@@ -270,7 +270,7 @@ def _check_settings(s: SweepSettings) -> None:
 def _check_selection_metric(s: SweepSettings) -> None:
     """``sweep.metric`` chooses the best trial (and drives Optuna and ASHA): a validation or
     training metric, in the direction its name says is better."""
-    from sweeps.tables import held_out_message, is_held_out, metric_direction
+    from sweeps.spec.metrics import held_out_message, is_held_out, metric_direction
 
     if is_held_out(s.metric):  # the message reads the name after the set
         raise ConfigError("sweep.metric", held_out_message(s.metric))
@@ -347,10 +347,10 @@ def _check_overlap(space: dict, derived: dict, sweep: SweepSettings) -> None:
 
 
 def _parse_tables(value: Any, paths: set[str]) -> tuple[Any, ...]:
-    """The ``table:`` block through its one parser (sweeps.tables), then the checks that need
-    the run config: every key a table groups or selects by is a config path or a summary
+    """The ``table:`` block through its one parser (sweeps.spec.table_block), then the checks that
+    need the run config: every key a table groups or selects by is a config path or a summary
     column."""
-    from sweeps.tables import table_specs_from_block
+    from sweeps.spec.table_block import table_specs_from_block
 
     try:
         tables = table_specs_from_block(value)
@@ -381,7 +381,7 @@ def _parse_tables(value: Any, paths: set[str]) -> tuple[Any, ...]:
 def _check_configs(spec: SweepSpec, points: list[dict[str, Any]]) -> set[str]:
     """Build the RunConfig of each validation point; return every metric name they report."""
     from arith.trainer import reported_metrics
-    from sweeps.space import resolve_run_config
+    from sweeps.spec.space import resolve_run_config
 
     metrics: set[str] = set()
     for point in points:

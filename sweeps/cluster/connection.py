@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from arith.errors import ConfigError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # What a node needs is the code and the search spaces; never the virtual environment, results,
 # local MLflow stores or checkpoints (Ray's upload limit is a few hundred MB, and they are secret
 # to nobody but useless there).
@@ -63,7 +63,7 @@ def connect(address: str) -> None:
     Trials import the project on other nodes from a copy of the project root that Ray uploads
     (excluding EXCLUDES), unless this is a submitted job, whose working dir Ray already ships.
     """
-    from sweeps import auth
+    from sweeps.cluster import auth
 
     try:
         auth.use_token("--address", address, auth.gcs_wants_token(address))
@@ -91,8 +91,8 @@ def is_ray_client(address: str | None) -> bool:
 
 def check_resume_address(address: str | None) -> None:
     """``--resume`` restores Tune's saved state in this driver and gives it this process's
-    MLflow tracker (``sweeps.callbacks``); through Ray Client, Tune would restore on the head,
-    apart from that tracker. Refused before connecting."""
+    MLflow tracker (``sweeps.runtime.callbacks``); through Ray Client, Tune would restore on the
+    head, apart from that tracker. Refused before connecting."""
     if is_ray_client(address):
         host = address.removeprefix("ray://").split(":", 1)[0]
         raise ClusterError(

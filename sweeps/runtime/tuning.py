@@ -1,5 +1,6 @@
 """Tune's settings for a sweep, in one place, each chosen so that Tune's own fault tolerance
-loses no trial and nothing needs patching (``sweeps.tunefix`` holds the one thing that does):
+loses no trial and nothing needs patching (``sweeps.cluster.tunefix`` holds the one thing that
+does):
 
 - A fresh actor per trial (``REUSE_ACTORS``): Tune retries a failed trial only while it is
   RUNNING, and a trial waiting for a reused actor's reset is PENDING, so a worker lost in a
@@ -49,7 +50,7 @@ def tune_config(spec, num_samples: int, *, reuse_actors: bool = REUSE_ACTORS):
     """The sweep's ``TuneConfig`` (see the module docstring)."""
     from ray import tune
 
-    from sweeps import space
+    from sweeps.spec import space
 
     s = spec.sweep
     return tune.TuneConfig(
