@@ -459,10 +459,10 @@ def test_servers_the_project_starts_listen_on_loopback():
     (the KubeRay template does, on purpose: pods are reached through a Service)."""
     for path in SOURCES:
         assert "0.0.0.0" not in path.read_text(), path
-    assert "include_dashboard=False" in (ROOT / "sweeps" / "run.py").read_text()
+    assert "include_dashboard=False" in (ROOT / "sweeps" / "runtime" / "driver.py").read_text()
     hint = [
         line
-        for line in (ROOT / "sweeps" / "run.py").read_text().splitlines()
+        for line in (ROOT / "sweeps" / "runtime" / "driver.py").read_text().splitlines()
         if "mlflow ui" in line
     ]
     assert hint and all("--host" not in line for line in hint)  # mlflow ui: 127.0.0.1 by default

@@ -1,0 +1,82 @@
+"""The packages of ``sweeps/`` import one way: each only the packages before it in LAYERS (and
+``arith``), the commands (the top-level modules) anything, no package a command, and no modules
+import each other in a cycle. Imports inside functions count; ``if TYPE_CHECKING:`` ones do not."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+LAYERS = ("spec", "analysis", "tracking", "cluster", "runtime")
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(SWEEPS.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(node: ast.AST) -> list[str]:
+    """The ``sweeps`` modules imported (``from sweeps.spec import space``: sweeps.spec.space)."""
+    found = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            continue
+        if isinstance(child, ast.ImportFrom) and (child.module or "").startswith("sweeps"):
+            parts = child.module.split(".")
+            if len(parts) == 1 or (len(parts) == 2 and parts[1] in LAYERS):
+                found += [f"{child.module}.{alias.name}" for alias in child.names]
+            else:
+                found.append(child.module)
+        elif isinstance(child, ast.Import):
+            found += [a.name for a in child.names if a.name.startswith("sweeps")]
+        found += _imports(child)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = sorted(SWEEPS.rglob("*.py"))
+    modules = {_module(p): p for p in paths}
+    return {
+        name: {m for m in _imports(ast.parse(path.read_text(encoding="utf-8"))) if m in modules}
+        - {name}
+        for name, path in modules.items()
+    }
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_packages_import_only_the_ones_below():
+    wrong = []
+    for module, imported in _graph().items():
+        if _layer(module) is None:
+            continue  # a command (or sweeps/__init__)
+        for other in imported:
+            if _layer(other) is None or _layer(other) > _layer(module):
+                wrong.append(f"{module} imports {other}")
+    assert wrong == []
+
+
+def test_no_import_cycles():
+    graph, done, path = _graph(), set(), []
+
+    def visit(module: str) -> None:
+        if module in path:
+            raise AssertionError(" -> ".join([*path[path.index(module) :], module]))
+        if module in done:
+            return
+        path.append(module)
+        for other in sorted(graph[module]):
+            visit(other)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+
+
+def test_the_commands_stay_few():
+    top = sorted(p.stem for p in SWEEPS.glob("*.py"))
+    assert len(top) <= 12, top
