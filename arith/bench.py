@@ -10,7 +10,7 @@ Prints one markdown table per part, measured on whatever device is present:
 - **train**: steps/s, tokens/s and model FLOPs utilisation of ``train()`` itself for a few
   model sizes, every step after warm-up timed from the end of the last warm-up step to the end
   of the last step (tokens = batch x the format's longest sequence, as ``step_cost`` counts
-  them; FLOPs per token from :func:`arith.model.flops_per_token`);
+  them; FLOPs per token from :func:`arith.cost.flops_per_token`);
 - **eval**: examples/s of batched greedy decoding (``predict_answers``) against one
   ``greedy_decode`` call per example, same model and problems.
 
@@ -33,9 +33,10 @@ import torch
 
 from arith import config as config_lib
 from arith.cli import HelpFormatter, run_main
+from arith.cost import step_cost
 from arith.data import BatchSource, build_dataset
 from arith.evaluate import greedy_decode, predict_answers
-from arith.trainer import build_model, pick_device, step_cost, train
+from arith.trainer import build_model, pick_device, train
 
 # The ~1M-parameter reference: seed 000's 4 layers x 128 on 4-digit plain addition.
 ADDITION_K4 = ["task.name=addition", "task.n_digits=4", "task.operand_lengths=fixed"]

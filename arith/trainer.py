@@ -23,13 +23,14 @@ import torch.nn.functional as F
 from arith import checkpoint as ckpt
 from arith import model as model_lib
 from arith import tasks
+from arith.cost import n_params, planned_steps, step_cost
 from arith.data import BatchSource, Dataset, build_dataset, sample_split
 from arith.errors import ConfigError, require
 from arith.evaluate import OP_NAMES, carry_metric_names, evaluate_set
-from arith.formats import FormatConfig, build_format, longest_digit_run
+from arith.formats import longest_digit_run
 from arith.optim import PackedAdamW
 from arith.stopping import LoopState
-from arith.trainconf import DEFAULT_MAX_STEPS, TrainConfig
+from arith.trainconf import TrainConfig
 
 if TYPE_CHECKING:
     from arith.config import RunConfig
@@ -73,64 +74,6 @@ def build_model(config: RunConfig, dataset: Dataset) -> model_lib.GPT:
         fmt.digit_ids,
         train_seq_len=dataset.train_seq_len(),
     )
-
-
-def step_cost(config: RunConfig) -> dict[str, int]:
-    """What one optimisation step costs, as the budgets and the summary count it.
-
-    ``tokens``: batch_size x the format's longest sequence (every position of a full-length
-    batch; an upper bound where problems are shorter). ``flops``: tokens x ``flops_per_token``
-    (arith.model: 6N + 12·L·d·T, the forward and backward matmuls, PaLM appendix B; embedding
-    lookups, norms and the optimiser are not counted).
-    """
-    fmt = build_format(config.format, config.task)
-    seq_len = fmt.max_seq_len()
-    per_token = model_lib.flops_per_token(config.model, len(fmt.vocab), seq_len)
-    tokens = config.train.batch_size * seq_len
-    return {"tokens": tokens, "flops": tokens * per_token, "flops_per_token": per_token}
-
-
-def planned_steps(config: RunConfig) -> int:
-    """Steps the run trains unless stopped early: ceil(budget / cost per step) with a budget,
-    else ``max_steps`` (DEFAULT_MAX_STEPS when null). With ``epochs`` the count needs the
-    training set, which ``train`` builds; here it is ``max_steps``'s."""
-    tc = config.train
-    budget = tc.flops_budget if tc.flops_budget is not None else tc.tokens_budget
-    if budget is None:
-        return tc.max_steps if tc.max_steps is not None else DEFAULT_MAX_STEPS
-    per_step = step_cost(config)["flops" if tc.flops_budget is not None else "tokens"]
-    return max(1, math.ceil(budget / per_step))
-
-
-def describe(config: RunConfig) -> dict[str, Any]:
-    """Sizes and costs of a run without building its model or data (for dry runs): parameter
-    counts, the cost of a step (``step_cost``), the planned steps and their tokens and FLOPs."""
-    fmt = build_format(config.format, config.task)
-    seq_len = fmt.max_seq_len()
-    if config.data.longer_n_digits:
-        seq_len = max(seq_len, fmt.max_seq_len(config.data.longer_n_digits[1]))
-    if config.data.ood_spacing:
-        spaced = build_format(FormatConfig(name="spaced"), config.task)
-        seq_len = max(seq_len, spaced.max_seq_len())
-    counts = model_lib.n_params(config.model, len(fmt.vocab), fmt.max_seq_len())
-    cost = step_cost(config)
-    steps = planned_steps(config)
-    return {
-        "n_params": counts["total"],
-        "n_params_non_embedding": counts["non_embedding"],
-        "flops_per_token": cost["flops_per_token"],
-        "seq_len": seq_len,
-        "vocab_size": len(fmt.vocab),
-        "steps": steps,
-        "tokens_per_step": cost["tokens"],
-        "flops_per_step": cost["flops"],
-        "tokens": cost["tokens"] * steps,
-        "flops": cost["flops"] * steps,
-        "total_flops": float(cost["flops"] * steps),
-        "train_bytes": model_lib.training_bytes(
-            config.model, len(fmt.vocab), seq_len, config.train.batch_size
-        ),
-    }
 
 
 def reported_metrics(config: RunConfig) -> set[str]:
@@ -358,9 +301,7 @@ def train_pack(
     del built
     optimizer = PackedAdamW(model, [c.optim for c in configs], [m.max_steps for m in members])
     dataset, n_members = members[0].dataset, len(members)
-    counts = model_lib.n_params(
-        configs[0].model, len(dataset.format.vocab), dataset.train_seq_len()
-    )
+    counts = n_params(configs[0].model, len(dataset.format.vocab), dataset.train_seq_len())
     autocast = _autocast(device, first.precision)
     peak = first.peak_flops or _device_peak(device, autocast)
     for member in members:

@@ -73,9 +73,9 @@ def build_packs(spec) -> list[list[Member]]:
 
 def auto_pack_size(spec, config, n_members: int) -> int:
     """``sweep.pack: auto`` for a group of ``n_members`` same-shape trials: as many as fit the
-    trial's memory (``arith.model.training_bytes``), and no more than keeps every concurrent
+    trial's memory (``arith.cost.training_bytes``), and no more than keeps every concurrent
     slot busy when ``sweep.max_concurrent`` is set (one pack uses one slot)."""
-    from arith.trainer import describe
+    from arith.cost import describe
 
     resources = spec.sweep.resources
     budget = AUTO_GPU_BYTES * resources.gpu if resources.gpu > 0 else AUTO_CPU_BYTES

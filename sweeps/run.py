@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def dry_run_text(spec: SweepSpec) -> str:
     """The trials a sweep would run, with sizes and estimated training FLOPs (nothing starts)."""
-    from arith.trainer import describe
+    from arith.cost import describe
     from sweeps.space import n_trials, resolve_run_config, tune_ordered_points
 
     s = spec.sweep
@@ -139,7 +139,7 @@ def dry_run_text(spec: SweepSpec) -> str:
 
 def _pack_lines(spec: SweepSpec) -> list[str]:
     """The packs a packed sweep trains: which trials (by their ids' ends) share one process."""
-    from arith.trainer import describe
+    from arith.cost import describe
     from sweeps.packing import build_packs
     from sweeps.space import resolve_run_config
 
@@ -505,7 +505,7 @@ def build_tuner(
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    from arith.trainer import describe
+    from arith.cost import describe
     from sweeps import packing, space, tuning
     from sweeps.callbacks import bind as bind_callbacks
     from sweeps.progress import ProgressLine

@@ -13,7 +13,8 @@ import pytest
 
 from arith import bench
 from arith import config as config_lib
-from arith.trainer import gpu_peak_flops, step_cost
+from arith.cost import step_cost
+from arith.trainer import gpu_peak_flops
 
 NUMBER = re.compile(r"^[\d,]+(\.\d+)?(e[+-]?\d+)?$")
 

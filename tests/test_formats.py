@@ -10,11 +10,10 @@ import pytest
 import torch
 
 from arith import config as config_lib
-from arith import model as model_lib
-from arith import tasks
+from arith import positions, tasks
 from arith.errors import ConfigError
 from arith.formats import Encoded, FormatConfig, build_format, longest_digit_run
-from arith.model import _digit_run_index, abacus_rows
+from arith.positions import abacus_index, digit_run_index
 from arith.tasks import TaskConfig
 from arith.trainer import train
 
@@ -364,7 +363,7 @@ def _longest_written_run(f, problems) -> int:
     """Longest run of digit tokens in the encoded rows, counted as the model counts them."""
     tokens = torch.from_numpy(f.encode(problems).tokens)
     is_digit = torch.isin(tokens, torch.tensor(f.digit_ids))
-    return int(_digit_run_index(is_digit, tokens.new_zeros(len(tokens))).max())
+    return int(digit_run_index(is_digit, tokens.new_zeros(len(tokens))).max())
 
 
 @pytest.mark.parametrize(
@@ -427,11 +426,11 @@ def test_training_offsets_keep_every_digit_inside_the_abacus_table(monkeypatch):
     rows: list[int] = []
 
     def recording(run, offset):
-        index = abacus_rows(run, offset)
+        index = abacus_index(run, offset)
         rows.append(int(index.max()))
         return index
 
-    monkeypatch.setattr(model_lib, "abacus_rows", recording)
+    monkeypatch.setattr(positions, "abacus_index", recording)
     cfg = config_lib.load(
         None,
         [
