@@ -32,9 +32,10 @@ import numpy as np
 import torch
 
 from arith import config as config_lib
+from arith.batches import BatchSource
 from arith.cli import HelpFormatter, run_main
 from arith.cost import step_cost
-from arith.data import BatchSource, build_dataset
+from arith.data import build_dataset
 from arith.evaluate import greedy_decode, predict_answers
 from arith.trainer import build_model, pick_device, train
 

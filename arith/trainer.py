@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from arith import checkpoint as ckpt
 from arith import model as model_lib
 from arith import tasks
+from arith.batches import BatchSource
 from arith.cost import n_params, planned_steps, step_cost
-from arith.data import BatchSource, Dataset, build_dataset, sample_split
+from arith.data import Dataset, build_dataset, sample_split
 from arith.errors import ConfigError, require
 from arith.evaluate import OP_NAMES, carry_metric_names, evaluate_set
 from arith.formats import longest_digit_run
