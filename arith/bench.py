@@ -37,7 +37,8 @@ from arith.cli import HelpFormatter, run_main
 from arith.cost import step_cost
 from arith.data import build_dataset
 from arith.evaluate import greedy_decode, predict_answers
-from arith.trainer import build_model, pick_device, train
+from arith.hardware import pick_device
+from arith.trainer import build_model, train
 
 # The ~1M-parameter reference: seed 000's 4 layers x 128 on 4-digit plain addition.
 ADDITION_K4 = ["task.name=addition", "task.n_digits=4", "task.operand_lengths=fixed"]

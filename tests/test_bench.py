@@ -14,7 +14,7 @@ import pytest
 from arith import bench
 from arith import config as config_lib
 from arith.cost import step_cost
-from arith.trainer import gpu_peak_flops
+from arith.hardware import gpu_peak_flops
 
 NUMBER = re.compile(r"^[\d,]+(\.\d+)?(e[+-]?\d+)?$")
 
