@@ -14,6 +14,7 @@ from arith import positions, tasks
 from arith.errors import ConfigError
 from arith.formats import Encoded, FormatConfig, build_format, longest_digit_run
 from arith.positions import abacus_index, digit_run_index
+from arith.predict import encode_prompt_text, parse_prompt
 from arith.tasks import TaskConfig
 from arith.trainer import train
 
@@ -245,7 +246,7 @@ def test_answer_text_and_prompt_text(name):
         full = f.decode(row)
         prompt = f.decode(row[:start])
         assert full == prompt + text
-        assert f.encode_prompt_text(prompt) == row[:start].tolist()
+        assert encode_prompt_text(f, prompt) == row[:start].tolist()
     assert all(t == f.normalise(t) or name == "spaced" for t in texts)
     assert all(i < len(f.vocab) for i in enc.tokens.ravel())
 
@@ -261,11 +262,11 @@ def test_answer_text_examples():
 
 def test_encode_prompt_text_rejects_unknown_characters():
     with pytest.raises(ValueError, match="vocabulary"):
-        fmt("plain", TaskConfig()).encode_prompt_text("12 & 3 =")
+        encode_prompt_text(fmt("plain", TaskConfig()), "12 & 3 =")
     with pytest.raises(ValueError, match="vocabulary"):
-        fmt("base100", TaskConfig()).encode_prompt_text("12 ^ 3 =")
+        encode_prompt_text(fmt("base100", TaskConfig()), "12 ^ 3 =")
     f = fmt("base100", TaskConfig())
-    assert f.encode_prompt_text("12345 + 6 =") == [1, 23, 45, 100, 6, 106]
+    assert encode_prompt_text(f, "12345 + 6 =") == [1, 23, 45, 100, 6, 106]
 
 
 def test_vocab_ids():
@@ -342,18 +343,18 @@ PROMPT_CASES = [
 def test_a_typed_prompt_parses_back_to_its_problem(task, name):
     fmt = build_format(FormatConfig(name=name), task)
     example = fmt.example_prompt()
-    operands, op = fmt.parse_prompt(example)
+    operands, op = parse_prompt(fmt, example)
     problem = tasks.from_ints(task, [operands], [op])
     encoded = fmt.encode(problem)
     assert fmt.decode(encoded.tokens[0, : encoded.prompt_len[0]].tolist()) == example
     for bad in ("hello", "", "=", example.replace("=", "")):
         with pytest.raises(ValueError, match="not a problem of the model's task"):
-            fmt.parse_prompt(bad)
+            parse_prompt(fmt, bad)
 
 
 def test_reversed_prompts_are_read_least_significant_digit_first():
     fmt = build_format(FormatConfig(name="reversed"), TaskConfig(name="addition", n_digits=3))
-    assert fmt.parse_prompt("123+45=") == ([321, 54], "+")
+    assert parse_prompt(fmt, "123+45=") == ([321, 54], "+")
 
 
 # -- Abacus rows --------------------------------------------------------------------------------
