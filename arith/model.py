@@ -161,12 +161,18 @@ class CausalSelfAttention(nn.Module):
         return member_dropout(self.proj(y), dropout, self.training)
 
 
+OLD_ROW_BIAS_GAIN = 10.0
+"""What checkpoints that name the table ``row_bias`` multiplied it by in the forward pass (a
+hidden learning-rate multiplier, now ``optim.abacus_bias_lr_mult``)."""
+
+
 def _rename_old_abacus_bias(module, state_dict, prefix, *_) -> None:
     """Checkpoints saved before ``AbacusBias`` was a module of its own name its table
-    ``<attn>.row_bias``; load them under the current name."""
+    ``<attn>.row_bias`` and stored it divided by ``OLD_ROW_BIAS_GAIN``; load them as the bias
+    itself under the current name."""
     old = prefix + "row_bias"
     if old in state_dict:
-        state_dict[prefix + "abacus_bias.table"] = state_dict.pop(old)
+        state_dict[prefix + "abacus_bias.table"] = OLD_ROW_BIAS_GAIN * state_dict.pop(old)
 
 
 def _attend(

@@ -59,15 +59,12 @@ def clipped_differences(queries: Tensor, keys: Tensor, reach: int) -> Tensor:
     return (queries[:, :, None] - keys[:, None, :]).clamp(-reach, reach) + reach
 
 
-ROW_BIAS_GAIN = 10.0
-"""``abacus_bias`` multiplies its stored bias by this. AdamW moves a parameter by about lr per
-step, so a bias stored as is needs thousands of steps to reach the few units a sharp
-preference takes (docs/notes/abacus_length.md)."""
-
-
 class AbacusBias(nn.Module):
     """``abacus_bias``: per member and head, a learned attention bias for each clipped digit
-    index difference (``clipped_differences``), -reach..reach."""
+    index difference (``clipped_differences``), -reach..reach.
+
+    It learns at a multiple of the learning rate (``optim.abacus_bias_lr_mult``, arith.optim):
+    at the rate of the weights it takes thousands of steps to become sharp."""
 
     def __init__(self, members: int, n_head: int, n_differences: int) -> None:
         super().__init__()
@@ -80,7 +77,7 @@ class AbacusBias(nn.Module):
         bias for the pair's clipped difference."""
         B, T, S = differences.shape
         M = self.table.shape[0]
-        table = ROW_BIAS_GAIN * self.table.view(M, self.n_head, -1)
+        table = self.table.view(M, self.n_head, -1)
         table = table.repeat_interleave(B // M, dim=0)  # (B, heads, differences)
         index = differences.view(B, 1, T * S).expand(B, self.n_head, T * S)
         return table.gather(2, index).view(B, self.n_head, T, S)
