@@ -333,21 +333,7 @@ class Format:
                 kept.append(i)
         if self.config.name != "base100":
             return "".join(self.vocab[i] for i in kept)
-        out, in_number, seen_equals = [], False, False
-        for i in kept:
-            if i < 100:  # a number token: only the first of a number drops its leading zero
-                out.append(f"{i:02d}" if in_number else str(i))
-                in_number = True
-                continue
-            # An operator sits between two numbers of the prompt; a "-" anywhere else (first, or
-            # after "=") is the answer's sign and stays tight, as in plain's "0 - 999 =-999".
-            token, infix, in_number = self.vocab[i], in_number and not seen_equals, False
-            if token == "=":
-                seen_equals = True
-                out.append(" =")
-            else:
-                out.append(f" {token} " if infix else token)
-        return "".join(out)
+        return _base100_text(kept, self.vocab)
 
     def answer_text(self, problems: Problems) -> list[str]:
         """Expected answer text per problem (no EOS): ``"6912"`` for plain 1234 + 5678."""
@@ -359,3 +345,23 @@ class Format:
     def normalise(self, text: str) -> str:
         """Text for a normalised match: all whitespace removed (``"6 912"`` -> ``"6912"``)."""
         return "".join(text.split())
+
+
+def _base100_text(ids: list[int], vocab: tuple[str, ...]) -> str:
+    """base100 token ids (no PAD, no EOS) as plain writes them: ``[1, 23, "+", ...]`` ->
+    ``"123 + ..."``."""
+    out, in_number, seen_equals = [], False, False
+    for i in ids:
+        if i < 100:  # a number token: only the first of a number drops its leading zero
+            out.append(f"{i:02d}" if in_number else str(i))
+            in_number = True
+            continue
+        # An operator sits between two numbers of the prompt; a "-" anywhere else (first, or
+        # after "=") is the answer's sign and stays tight, as in plain's "0 - 999 =-999".
+        token, infix, in_number = vocab[i], in_number and not seen_equals, False
+        if token == "=":
+            seen_equals = True
+            out.append(" =")
+        else:
+            out.append(f" {token} " if infix else token)
+    return "".join(out)

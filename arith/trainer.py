@@ -172,9 +172,8 @@ def train_pack(
             member_dir = None
             if checkpoint_dir is not None:
                 member_dir = ckpt.member_dir(checkpoint_dir, i, len(members))
-            evaluate_member(
-                members[i], model.member(i), step, optimizer.lr(i), elapsed, device, member_dir
-            )
+            m, lr = members[i], optimizer.lr(i)
+            evaluate_member(m, model.member(i), step, lr, elapsed, device, member_dir)
         if checkpoint_dir is not None and due:
             _save(checkpoint_dir, configs, model, optimizer, members, step, elapsed())
         _report(members, due, step, checkpoint_dir, report, progress, report_step)
@@ -187,10 +186,7 @@ def train_pack(
         inputs, targets, mask, offset = _next_batch(members, device)
         with autocast:
             logits, _ = forward(inputs, abacus_offset=offset)
-        # (B*T, vocab) rows: the (B, vocab, T) layout takes a slower kernel and two copies
-        losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
-        per_row = mask.view(len(members), -1)
-        loss = (losses.view(len(members), -1) * per_row).sum(1) / per_row.sum(1).clamp(min=1)
+        loss = _member_losses(logits, targets, mask, len(members))  # (M,)
         optimizer.zero_grad()
         loss.sum().backward()  # the members share no parameter: each gets its own gradient
 
@@ -198,13 +194,11 @@ def train_pack(
         optimizer.clip_grad_norms(active)
         optimizer.step(active)
         step += 1
-        loss_values = loss.tolist()
-        seconds = time.perf_counter() - t0
+        loss_values, seconds = loss.tolist(), time.perf_counter() - t0
         rows = inputs.shape[0] // len(members)
         for i in active:
-            members[i].record_step(
-                loss_values[i], seconds, rows, rows * inputs.shape[1], inputs.numel()
-            )
+            tokens = rows * inputs.shape[1]
+            members[i].record_step(loss_values[i], seconds, rows, tokens, inputs.numel())
         if progress is not None:  # every step: the bar shows the loss since the last evaluation
             m = members[active[0]]
             progress(step, m.max_steps, {"train/loss": m.running_loss / m.running_count})
@@ -212,6 +206,14 @@ def train_pack(
     dataset = members[0].dataset
     counts = n_params(configs[0].model, len(dataset.format.vocab), dataset.train_seq_len())
     return [summarise(m, counts) for m in members]
+
+
+def _member_losses(logits, targets, mask, n_members: int) -> torch.Tensor:
+    """Each member's mean cross-entropy over the tokens its loss mask keeps, (M,)."""
+    # (B*T, vocab) rows: the (B, vocab, T) layout takes a slower kernel and two copies
+    losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
+    per_row = mask.view(n_members, -1)
+    return (losses.view(n_members, -1) * per_row).sum(1) / per_row.sum(1).clamp(min=1)
 
 
 def _build_pack(configs: list[RunConfig], device) -> tuple[list[MemberRun], model_lib.GPT]:
