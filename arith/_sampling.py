@@ -63,11 +63,13 @@ def redraw_zeros(
         bad[rows] = ~d.any(axis=-1)
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: a bijection on uint64 that spreads every bit (wraps mod 2**64)."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a bijection on uint64 that spreads every bit (wraps mod 2**64),
+    so hashed keys are uniform (problem keys here, their split in arith.data)."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
 
 
 def row_keys(op: np.ndarray, operands: np.ndarray, operand_len: np.ndarray) -> np.ndarray:
@@ -76,12 +78,12 @@ def row_keys(op: np.ndarray, operands: np.ndarray, operand_len: np.ndarray) -> n
     Only the ``len`` rightmost digits of each operand enter the hash, so left padding (a wider W)
     does not change it.
     """
-    h = _mix(op.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    h = mix64(op.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
     width = operands.shape[2]
     for m in range(operands.shape[1]):
         lens = operand_len[:, m]
-        h = _mix(h ^ lens.astype(np.uint64))
+        h = mix64(h ^ lens.astype(np.uint64))
         for c in range(min(width, int(lens.max(initial=0)))):
             digit = operands[:, m, width - 1 - c].astype(np.uint64)
-            h = np.where(c < lens, _mix(h ^ (digit + np.uint64(1))), h)
+            h = np.where(c < lens, mix64(h ^ (digit + np.uint64(1))), h)
     return h

@@ -10,7 +10,7 @@ Prints one markdown table per part, measured on whatever device is present:
 - **train**: steps/s, tokens/s and model FLOPs utilisation of ``train()`` itself for a few
   model sizes, every step after warm-up timed from the end of the last warm-up step to the end
   of the last step (tokens = batch x the format's longest sequence, as ``step_cost`` counts
-  them; FLOPs per token from :func:`arith.model.flops_per_token`);
+  them; FLOPs per token from :func:`arith.cost.flops_per_token`);
 - **eval**: examples/s of batched greedy decoding (``predict_answers``) against one
   ``greedy_decode`` call per example, same model and problems.
 
@@ -32,10 +32,14 @@ import numpy as np
 import torch
 
 from arith import config as config_lib
+from arith.batches import BatchSource
+from arith.bench_report import render
 from arith.cli import HelpFormatter, run_main
-from arith.data import BatchSource, build_dataset
+from arith.cost import step_cost
+from arith.data import build_dataset
 from arith.evaluate import greedy_decode, predict_answers
-from arith.trainer import build_model, pick_device, step_cost, train
+from arith.hardware import pick_device
+from arith.trainer import build_model, train
 
 # The ~1M-parameter reference: seed 000's 4 layers x 128 on 4-digit plain addition.
 ADDITION_K4 = ["task.name=addition", "task.n_digits=4", "task.operand_lengths=fixed"]
@@ -292,27 +296,6 @@ def bench_eval(sizes: Sizes, device: torch.device) -> list[dict[str, Any]]:
     ]
 
 
-def _number(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        return str(value)
-    if value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.3g}" if value >= 1 else f"{value:.2g}"
-
-
-def markdown_table(title: str, columns: dict[str, str], rows: list[dict[str, Any]]) -> str:
-    """A titled markdown table; ``columns`` maps row keys to headers."""
-    lines = [f"## {title}", "", "| " + " | ".join(columns.values()) + " |"]
-    lines.append("|" + "|".join("---" for _ in columns) + "|")
-    for row in rows:
-        lines.append("| " + " | ".join(_number(row.get(key)) for key in columns) + " |")
-    return "\n".join(lines)
-
-
 def _scaled(rows: list[dict[str, Any]], key: str, factor: float, new_key: str) -> None:
     for row in rows:
         row[new_key] = row[key] * factor
@@ -352,52 +335,6 @@ def run(sizes: Sizes, device: torch.device, compile: bool = False) -> dict[str, 
     }
 
 
-def render(results: dict[str, Any]) -> str:
-    device, dtype = results["device"], results["train_dtype"]
-    batch = results["data"][0]["batch_size"]
-    head = f"# arith.bench on {device} ({results['threads']} threads, training in {dtype})"
-    if results["load_average"] is not None:
-        head += f", 1-min load average {results['load_average']:.1f} at the end"
-    tables = [
-        head,
-        markdown_table(
-            "Peak matmul (best square torch.mm)",
-            {"dtype": "dtype", "peak_gflops": "GFLOP/s"},
-            results["peak"],
-        ),
-        markdown_table(
-            f"Data generation (BatchSource.next_batch, batch {batch})",
-            {
-                "case": "case",
-                "examples_per_s": "examples/s",
-                "ms_per_batch": "ms/batch",
-                "pct_of_step": f"% of a {REFERENCE} training step",
-            },
-            results["data"],
-        ),
-        markdown_table(
-            f"Training (train() steps after warm-up, MFU against the {dtype} peak)",
-            {
-                "model": "model",
-                "shape": "layers x width",
-                "n_params": "params",
-                "batch_size": "batch",
-                "steps_per_s": "steps/s",
-                "tokens_per_s": "tokens/s",
-                "model_gflops": "model GFLOP/s",
-                "mfu_pct": "MFU %",
-            },
-            results["train"],
-        ),
-        markdown_table(
-            "Evaluation (greedy decoding, 4x128 model, 4-digit plain addition)",
-            {"case": "case", "problems": "problems", "examples_per_s": "examples/s (ratio)"},
-            results["eval"],
-        ),
-    ]
-    return "\n\n".join(tables)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         formatter_class=HelpFormatter,
@@ -417,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = pick_device(args.device)
     results = run(QUICK if args.quick else FULL, device, args.compile)
-    print(render(results))
+    print(render(results, REFERENCE))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

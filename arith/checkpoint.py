@@ -18,8 +18,8 @@ import yaml
 from arith.stopping import LoopState
 
 if TYPE_CHECKING:
+    from arith.batches import BatchSource
     from arith.config import RunConfig
-    from arith.data import BatchSource
     from arith.optim import PackedAdamW
 
 FILE = "checkpoint.pt"

@@ -21,7 +21,7 @@ import yaml
 from arith import dataconf
 from arith.data import DataConfig
 from arith.errors import ConfigError, require
-from arith.formats import FormatConfig, check_abacus_rows
+from arith.formats import FormatConfig, check_abacus_table
 from arith.model import ModelConfig
 from arith.optim import OptimConfig
 from arith.tasks import TaskConfig
@@ -72,7 +72,7 @@ class RunConfig:
         self.data.check_task(self.task)
         if pos == "abacus":
             longest = self.data.longest_operand(self.task)
-            check_abacus_rows(self.format, self.task, self.model.abacus_max_k, longest)
+            check_abacus_table(self.format, self.task, self.model.abacus_max_k, longest)
 
     def to_dict(self) -> dict[str, Any]:
         return dataconf.to_dict(self)

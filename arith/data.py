@@ -17,14 +17,12 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from arith import carries, tasks
+from arith._sampling import mix64
 from arith.errors import require
-from arith.formats import Encoded, Format, FormatConfig, build_format
+from arith.formats import Format, FormatConfig, build_format
 from arith.tasks import Problems, TaskConfig
-
-SPLITS = ("train", "val", "test")
 
 
 @dataclass(frozen=True)
@@ -120,6 +118,28 @@ class DataConfig:
         return max([tasks.operand_width(task), *(hi for _, hi in ranges)])
 
 
+# Every consumer of randomness draws from a numpy stream of its own, default_rng([seed, id]),
+# so adding or changing one leaves the others' draws as they were. The ids are part of what a
+# seed means: changing one changes every run's data.
+STREAM_SETS = 1
+"""The training pool and the evaluation sets (``build_dataset``)."""
+STREAM_SPLIT_SALT = 2
+"""The salt of the hash that assigns a problem to a split."""
+STREAM_BATCHES = 3
+"""Training batches (arith.batches; seeded with ``train.seed``)."""
+STREAM_TRAIN_SAMPLE = 4
+"""The training problems decoded for train exact match (arith.trainer; ``train.seed``)."""
+STREAM_LONGER_VAL = 5
+"""The ``longer_val`` set, apart so that adding it changes no other set."""
+
+OVERSAMPLE, MIN_DRAW = 1.2, 16
+"""``sample_split`` draws 20 % more than the split's share should yield, and at least a few, so
+one round of rejection usually suffices; a short round just draws again."""
+
+DATA_METRICS = ("size", "dropped", "train_overlap")
+"""The ``SetRecord`` fields each set reports as ``data/<set>/<field>``."""
+
+
 @dataclass(frozen=True)
 class SetRecord:
     """What filtering one evaluation set against training did (``data/<set>/...`` metrics)."""
@@ -209,18 +229,17 @@ class Dataset:
         warnings.warn(text, stacklevel=3)
 
     def data_metrics(self) -> dict[str, int]:
-        """``data/<set>/size``, ``data/<set>/dropped`` and ``data/<set>/train_overlap``."""
+        """``data/<set>/<key>`` for each key of ``DATA_METRICS``."""
         out: dict[str, int] = {}
         for name, record in self.records.items():
-            out[f"data/{name}/size"] = record.size
-            out[f"data/{name}/dropped"] = record.dropped
-            out[f"data/{name}/train_overlap"] = record.train_overlap
+            for key in DATA_METRICS:
+                out[f"data/{name}/{key}"] = getattr(record, key)
         return out
 
 
 def split_of(keys: np.ndarray, salt: int, val_fraction: float, test_fraction: float) -> np.ndarray:
     """Split index (0 train, 1 val, 2 test) of each problem key, a pure function of key and salt."""
-    h = _mix64(keys.astype(np.uint64) ^ np.uint64(salt & 0xFFFFFFFFFFFFFFFF))
+    h = mix64(keys.astype(np.uint64) ^ np.uint64(salt & 0xFFFFFFFFFFFFFFFF))
     u = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
     return np.where(
         u < 1.0 - val_fraction - test_fraction, 0, np.where(u < 1.0 - test_fraction, 1, 2)
@@ -230,8 +249,8 @@ def split_of(keys: np.ndarray, salt: int, val_fraction: float, test_fraction: fl
 def build_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: int) -> Dataset:
     """Splits and evaluation sets, deterministic in ``data.seed`` (or the run's ``seed``)."""
     data_seed = seed if data.seed is None else data.seed
-    rng = np.random.default_rng([data_seed, 1])
-    salt = int(np.random.default_rng([data_seed, 2]).integers(0, 2**63))
+    rng = np.random.default_rng([data_seed, STREAM_SETS])
+    salt = int(np.random.default_rng([data_seed, STREAM_SPLIT_SALT]).integers(0, 2**63))
     dataset = Dataset(
         task=task,
         format=build_format(fmt, task),
@@ -278,7 +297,7 @@ def _add_extra_sets(
         dataset.add_set("edge", edge)
     if data.longer_val_n_digits is not None:
         lo, hi = data.longer_val_n_digits
-        own_rng = np.random.default_rng([data_seed, 5])
+        own_rng = np.random.default_rng([data_seed, STREAM_LONGER_VAL])
         dataset.add_set("longer_val", tasks.sample(task, data.longer_val_size, own_rng, (lo, hi)))
 
 
@@ -326,7 +345,8 @@ def sample_split(
     share = (1.0 - data.val_fraction - data.test_fraction, data.val_fraction, data.test_fraction)
     parts, have = [], 0
     while have < n:
-        batch = tasks.sample(task, int((n - have) / share[split] * 1.2) + 16, rng)
+        draw = int((n - have) / share[split] * OVERSAMPLE) + MIN_DRAW
+        batch = tasks.sample(task, draw, rng)
         keep = split_of(batch.keys(), salt, data.val_fraction, data.test_fraction) == split
         parts.append(batch.take(np.flatnonzero(keep)))
         have += int(keep.sum())
@@ -347,85 +367,3 @@ def _enumerated_splits(
         "val": everything.take(order[n_train : n_train + n_val]),
         "test": everything.take(order[n_train + n_val :]),
     }
-
-
-class BatchSource:
-    """Training batches as tensors: epochs over a fixed pool, or a fresh stream of problems.
-
-    Its whole state is an RNG and a cursor, saved in checkpoints so a resumed run sees the same
-    batches.
-    """
-
-    def __init__(self, dataset: Dataset, data: DataConfig, batch_size: int, seed: int) -> None:
-        self.dataset, self.data, self.batch_size = dataset, data, batch_size
-        self.rng = np.random.default_rng([seed, 3])
-        self.order: np.ndarray | None = None
-        self.cursor = 0
-        self._by_op: list[np.ndarray] | None = None  # pool rows of each operation (op_weights)
-
-    def next_problems(self) -> Problems:
-        pool = self.dataset.train_pool
-        if pool is None:
-            return sample_split(
-                self.dataset.task, self.data, self.dataset.split_salt, 0, self.batch_size, self.rng
-            )
-        if self.dataset.task.name == "multi_op" and self.dataset.task.op_weights is not None:
-            return pool.take(self._weighted_draw(pool))
-        index = []
-        need = self.batch_size
-        while need > 0:
-            if self.order is None or self.cursor >= len(self.order):
-                self.order, self.cursor = self.rng.permutation(len(pool)), 0
-            chunk = self.order[self.cursor : self.cursor + need]
-            self.cursor += len(chunk)
-            need -= len(chunk)
-            index.append(chunk)
-        return pool.take(np.concatenate(index))
-
-    def _weighted_draw(self, pool: Problems) -> np.ndarray:
-        """Pool indices with each operation drawn in proportion to ``task.op_weights`` (as when
-        problems are sampled fresh), then a problem of it uniformly: epochs over a pool would
-        give each operation its share of the pool whatever its weight."""
-        if self._by_op is None:
-            self._by_op = [np.flatnonzero(pool.op == i) for i in range(len(self.dataset.task.ops))]
-        weights = np.array(self.dataset.task.op_weights, dtype=np.float64)
-        weights[[len(rows) == 0 for rows in self._by_op]] = 0.0
-        ops = self.rng.choice(len(weights), size=self.batch_size, p=weights / weights.sum())
-        index = np.empty(self.batch_size, dtype=np.int64)
-        for op, rows in enumerate(self._by_op):
-            chosen = np.flatnonzero(ops == op)
-            index[chosen] = rows[self.rng.integers(0, len(rows), size=len(chosen))]
-        return index
-
-    def next_batch(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(inputs, targets, loss_mask)`` on ``device``; targets are inputs shifted by one."""
-        encoded = self.dataset.format.encode(self.next_problems())
-        return to_tensors(encoded, self.dataset.format.config.mask_first_n, device)
-
-    def state_dict(self) -> dict:
-        return {
-            "rng": self.rng.bit_generator.state,
-            "order": None if self.order is None else torch.from_numpy(self.order),
-            "cursor": self.cursor,
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.rng.bit_generator.state = state["rng"]
-        self.order = None if state["order"] is None else state["order"].numpy()
-        self.cursor = int(state["cursor"])
-
-
-def to_tensors(
-    encoded: Encoded, mask_first_n: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    tokens = torch.from_numpy(encoded.tokens).to(device, non_blocking=True)
-    mask = torch.from_numpy(encoded.loss_mask(mask_first_n)).to(device, non_blocking=True)
-    return tokens[:, :-1], tokens[:, 1:], mask
-
-
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: spreads keys uniformly so splits are unbiased."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))

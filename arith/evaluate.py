@@ -7,6 +7,7 @@ no padding: the prompt is read in one forward pass, then one token per step for 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -168,7 +169,7 @@ def evaluate_set(
     )
     short = ended_early(got, expected, fmt, reference)
     metrics = {"exact_match": float(exact.mean()), "short_answers": float(short.mean())}
-    if reference is not fmt or fmt.config.name == "spaced":
+    if _reports_normalised(fmt.config.name, reference is not fmt):
         metrics["normalised_match"] = float(norm.mean())
     if reference is fmt:
         metrics.update(teacher_forced(model, fmt, problems, device, batch_size))
@@ -191,61 +192,109 @@ def ended_early(got: list[str], expected: list[str], fmt: Format, reference: For
     )
 
 
+def set_metric_names(
+    task: tasks.TaskConfig,
+    format_name: str,
+    *,
+    reference_differs: bool,
+    lengths: Iterable[int],
+    max_chain: int,
+) -> set[str]:
+    """Every key ``evaluate_set`` can return for a set of ``task`` problems in ``format_name``,
+    with longest operands of ``lengths`` digits and carry chains up to ``max_chain``.
+
+    ``reference_differs``: the answers are expected in another format (the ``ood`` set). A
+    superset: a breakdown appears only where the set holds such problems. The same rules as
+    ``evaluate_set`` and ``_breakdowns``, so the two cannot disagree.
+    """
+    names = {"exact_match", "short_answers"}
+    if _reports_normalised(format_name, reference_differs):
+        names.add("normalised_match")
+    if not reference_differs:
+        names |= {"loss", "token_accuracy"}
+    if _by_op(task):
+        names |= {_op_key(symbol) for symbol in tasks.op_symbols(task)}
+    chains = range(max_chain + 1)
+    names |= {_chain_key(task, symbol, c) for symbol in _chain_symbols(task) for c in chains}
+    if _by_length(task):
+        names |= {_length_key(n) for n in lengths}
+    return names
+
+
+def _reports_normalised(format_name: str, reference_differs: bool) -> bool:
+    """Normalised match says something only where spacing can differ from the expected text."""
+    return reference_differs or format_name == "spaced"
+
+
+def _by_op(task: tasks.TaskConfig) -> bool:
+    return len(tasks.op_symbols(task)) > 1 or task.name in ("multi_op", "modular")
+
+
+def _by_length(task: tasks.TaskConfig) -> bool:
+    return task.name in ("addition", "multiplication", "sorting")
+
+
+def _op_key(symbol: str) -> str:
+    return f"exact_match/{OP_NAMES.get(symbol, symbol)}"
+
+
+def _length_key(length: int) -> str:
+    return f"exact_match/len_{length}"
+
+
+CHAIN_KINDS = {"+": "carry", "-": "borrow"}
+"""The chain each operator's exact match is broken down by (arith.carries)."""
+
+
+def _chain_symbols(task: tasks.TaskConfig) -> list[str]:
+    """The operators of ``task`` broken down by carry or borrow chain; none for other tasks."""
+    if task.name not in ("addition", "multi_op"):
+        return []
+    return [symbol for symbol in tasks.op_symbols(task) if symbol in CHAIN_KINDS]
+
+
+def _chain_key(task: tasks.TaskConfig, symbol: str, chain: int) -> str:
+    """Addition: ``exact_match/carry_<c>``; multi_op: ``exact_match/add/carry_<c>`` and
+    ``exact_match/sub/borrow_<c>``."""
+    op = "" if task.name == "addition" else f"{OP_NAMES[symbol]}/"
+    return f"exact_match/{op}{CHAIN_KINDS[symbol]}_{chain}"
+
+
 def _breakdowns(problems: Problems, exact: np.ndarray, fmt: Format) -> dict[str, float]:
     """Exact match per operation (when there are several) and per longest operand length."""
     out: dict[str, float] = {}
     symbols = tasks.op_symbols(fmt.task)
-    if len(symbols) > 1 or fmt.task.name in ("multi_op", "modular"):
+    if _by_op(fmt.task):
         for index, symbol in enumerate(symbols):
             rows = problems.op == index
             if rows.any():
-                out[f"exact_match/{OP_NAMES.get(symbol, symbol)}"] = float(exact[rows].mean())
+                out[_op_key(symbol)] = float(exact[rows].mean())
     out.update(_carry_breakdown(problems, exact, fmt.task))
-    if fmt.task.name in ("addition", "multiplication", "sorting"):
+    if _by_length(fmt.task):
         groups: dict[int, list[bool]] = defaultdict(list)
         longest = problems.operand_len.max(axis=1)
         for length in np.unique(longest):
             groups[int(length)] = exact[longest == length].tolist()
         if len(groups) > 1:
             for length, hits in sorted(groups.items()):
-                out[f"exact_match/len_{length}"] = float(np.mean(hits))
+                out[_length_key(length)] = float(np.mean(hits))
     return out
 
 
-def carry_metric_names(task: tasks.TaskConfig, max_chain: int) -> list[str]:
-    """The carry breakdown keys ``_carry_breakdown`` can report, chains 0..max_chain."""
-    chains = range(max_chain + 1)
-    if task.name == "addition":
-        return [f"exact_match/carry_{c}" for c in chains]
-    if task.name == "multi_op":
-        kinds = [("+", "add", "carry"), ("-", "sub", "borrow")]
-        return [
-            f"exact_match/{op}/{kind}_{c}"
-            for symbol, op, kind in kinds
-            if symbol in task.ops
-            for c in chains
-        ]
-    return []
-
-
 def _carry_breakdown(problems: Problems, exact: np.ndarray, task: tasks.TaskConfig) -> dict:
-    """Exact match by the longest carry chain (``+``) or borrow chain (``-``) of a problem.
-
-    Addition: ``exact_match/carry_<c>``; multi_op: ``exact_match/add/carry_<c>`` and
-    ``exact_match/sub/borrow_<c>``. Other tasks have no carries to count.
-    """
-    if task.name not in ("addition", "multi_op"):
+    """Exact match by the longest carry chain (``+``) or borrow chain (``-``) of a problem
+    (keys: ``_chain_key``). Other tasks have no carries to count."""
+    chained = _chain_symbols(task)
+    if not chained:
         return {}
     symbols = tasks.op_symbols(task)
     chain = carries.longest_chain(problems, symbols)
     out: dict[str, float] = {}
     for index, symbol in enumerate(symbols):
-        if symbol not in ("+", "-"):
+        if symbol not in chained:
             continue
-        prefix = "exact_match/" if task.name == "addition" else f"exact_match/{OP_NAMES[symbol]}/"
-        kind = "carry" if symbol == "+" else "borrow"
         rows = problems.op == index
         for c in np.unique(chain[rows]):
             hits = exact[rows & (chain == c)]
-            out[f"{prefix}{kind}_{int(c)}"] = float(hits.mean())
+            out[_chain_key(task, symbol, int(c))] = float(hits.mean())
     return out

@@ -14,7 +14,6 @@ tokens with per-row lengths, laid end to end by arith._segments.assemble. numpy 
 
 from __future__ import annotations
 
-import re
 import typing
 from dataclasses import dataclass
 from typing import Literal
@@ -105,7 +104,7 @@ def build_format(fmt: FormatConfig, task: TaskConfig) -> Format:
 def longest_digit_run(fmt: FormatConfig, task: TaskConfig, n_digits: int | None = None) -> int:
     """Longest run of consecutive digit tokens the format writes (``n_digits`` overrides k).
 
-    Abacus positions index a digit within its run, so this is the table rows a problem needs:
+    Abacus positions index a digit within its run, so this is the table entries a problem needs:
     reversed 10-digit multiplication writes 20 answer digits, carry_trace writes three digits
     per answer digit (31 digits for 10-digit addition); spaced breaks runs after three digits.
     """
@@ -120,11 +119,11 @@ def longest_digit_run(fmt: FormatConfig, task: TaskConfig, n_digits: int | None 
     return widest
 
 
-def check_abacus_rows(
+def check_abacus_table(
     fmt: FormatConfig, task: TaskConfig, abacus_max_k: int, longest_operand: int
 ) -> None:
-    """ConfigError unless the Abacus table has a row for every digit of every set: a digit past
-    ``abacus_max_k`` would share the last row with every other one."""
+    """ConfigError unless the Abacus table has an entry for every digit index of every set: a
+    digit past ``abacus_max_k`` would share the last entry with every other one."""
     run = longest_digit_run(fmt, task, longest_operand)
     require(
         run <= abacus_max_k,
@@ -153,9 +152,9 @@ class Format:
         self.config = config
         self.task = task
         self.vocab = BASE100_VOCAB if config.name == "base100" else CHAR_VOCAB
-        self._ids = {t: i for i, t in enumerate(self.vocab)}
-        self.pad_id = self._ids["<pad>"]
-        self.eos_id = self._ids["<eos>"]
+        self.token_ids = {t: i for i, t in enumerate(self.vocab)}
+        self.pad_id = self.token_ids["<pad>"]
+        self.eos_id = self.token_ids["<eos>"]
         self.digit_ids = tuple(range(100 if config.name == "base100" else 10))
 
     # -- encoding ------------------------------------------------------------------------------
@@ -185,7 +184,7 @@ class Format:
         if name == "spaced":
             # LSB first, a space after every third digit; then reverse each row's prefix.
             pos = np.arange(lsb.shape[1] + max(lsb.shape[1] - 1, 0) // 3)
-            spaced = np.where(pos % 4 == 3, self._ids[" "], lsb[:, pos - pos // 4])
+            spaced = np.where(pos % 4 == 3, self.token_ids[" "], lsb[:, pos - pos // 4])
             return seg.reverse_prefix(spaced, lens + np.maximum(lens - 1, 0) // 3)
         if name == "base100":
             if lsb.shape[1] % 2:
@@ -194,25 +193,26 @@ class Format:
             return seg.reverse_prefix(pairs, (lens + 1) // 2)
         return seg.reverse_prefix(lsb, lens)
 
-    def _text(self, text: str) -> list[int]:
-        return [self._ids[c] for c in text]
+    def text_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` in a character format, one per character."""
+        return [self.token_ids[c] for c in text]
 
     def _arithmetic(self, p: Problems) -> tuple[list[seg.Segment], list[seg.Segment]]:
         """``a op b =`` -> ``[-]c`` for plain, spaced, reversed and base100."""
         n, name = len(p), self.config.name
         symbols = op_symbols(self.task)
         if name == "base100":
-            ops = [[self._ids[s]] for s in symbols]
+            ops = [[self.token_ids[s]] for s in symbols]
         else:
-            ops = [self._text(f" {s} " if name in ("plain", "spaced") else s) for s in symbols]
-        equals = self._text(" =" if name == "plain" else "=")
+            ops = [self.text_ids(f" {s} " if name in ("plain", "spaced") else s) for s in symbols]
+        equals = self.text_ids(" =" if name == "plain" else "=")
         prompt = [
             self._number(p.operands[:, 0], p.operand_len[:, 0]),
             seg.choose(p.op, ops),
             self._number(p.operands[:, 1], p.operand_len[:, 1]),
             seg.const(n, equals),
         ]
-        sign = seg.const(n, [self._ids["-"]], p.answer_negative)
+        sign = seg.const(n, [self.token_ids["-"]], p.answer_negative)
         return prompt, [sign, self._number(p.answer, p.answer_len)]
 
     def _sorting(self, p: Problems) -> tuple[list[seg.Segment], list[seg.Segment]]:
@@ -222,13 +222,13 @@ class Format:
         for i in range(m):
             present = p.operand_len[:, i] > 0
             if i:
-                prompt.append(seg.const(n, self._text(","), present))
-            prompt.append(seg.const(n, self._text(f"{LETTERS[i]}:"), present))
+                prompt.append(seg.const(n, self.text_ids(","), present))
+            prompt.append(seg.const(n, self.text_ids(f"{LETTERS[i]}:"), present))
             prompt.append(self._number(p.operands[:, i], p.operand_len[:, i]))
-        prompt.append(seg.const(n, self._text("=")))
+        prompt.append(seg.const(n, self.text_ids("=")))
         order = p.answer_order
         assert order is not None, "sorting problems carry answer_order"
-        letters = np.where(order >= 0, self._ids["a"] + order, self.pad_id)
+        letters = np.where(order >= 0, self.token_ids["a"] + order, self.pad_id)
         return prompt, [(letters, (order >= 0).sum(axis=1))]
 
     def _trace_widths(self, p: Problems) -> tuple[int, int]:
@@ -244,18 +244,18 @@ class Format:
         width, r = self._trace_widths(p)
         operands = _digits.pad_left(p.operands, width)
         blank = np.arange(width) < (width - p.operand_len)[:, :, None]  # right-align with spaces
-        fields = np.where(blank, self._ids[" "], operands.astype(np.int64))
-        ops = [self._text(s.ljust(2)) for s in op_symbols(self.task)]
+        fields = np.where(blank, self.token_ids[" "], operands.astype(np.int64))
+        ops = [self.text_ids(s.ljust(2)) for s in op_symbols(self.task)]
         prompt = [
             (fields[:, 0], np.full(n, width)),
             seg.choose(p.op, ops),
             (fields[:, 1], np.full(n, width)),
-            seg.const(n, self._text("=")),
+            seg.const(n, self.text_ids("=")),
         ]
         digits = _digits.pad_left(p.answer, r)[:, -r:][:, ::-1].astype(np.int64)
         carries = self._carries(p, operands, r)
         triples = np.stack([digits, carries // 10, carries % 10], axis=2).reshape(n, 3 * r)
-        sign = np.where(p.answer_negative, self._ids["-"], self._ids["+"])[:, None]
+        sign = np.where(p.answer_negative, self.token_ids["-"], self.token_ids["+"])[:, None]
         return prompt, [(sign, np.ones(n, np.int64)), (triples, np.full(n, 3 * r))]
 
     def _carries(self, p: Problems, operands: np.ndarray, r: int) -> np.ndarray:
@@ -302,61 +302,6 @@ class Format:
         equals = 2 if name == "plain" else 1
         return 2 * num(k) + op + equals + sign + num(r) + 1
 
-    def encode_prompt_text(self, text: str) -> list[int]:
-        """Token ids of a prompt typed in this format's text form (``"1234 + 5678 ="`` for plain).
-
-        ValueError with a one-line message for anything outside the vocabulary.
-        """
-        if self.config.name != "base100":
-            bad = sorted({c for c in text if c not in self._ids or len(c) != 1})
-            if bad:
-                raise ValueError(f"characters {bad} are not in the {self.config.name} vocabulary")
-            return self._text(text)
-        compact = "".join(text.split())
-        pieces = re.findall(r"\d+|//|[-+*/%=]|.", compact)
-        bad = sorted({x for x in pieces if not x.isdigit() and x not in self._ids})
-        if bad:
-            raise ValueError(f"characters {bad} are not in the base100 vocabulary")
-        ids: list[int] = []
-        for x in pieces:
-            if x.isdigit():
-                digits = x.lstrip("0") or "0"
-                head = len(digits) % 2 or 2  # big-endian pairs: 12345 -> 1, 23, 45
-                ids.append(int(digits[:head]))
-                ids += [int(digits[i : i + 2]) for i in range(head, len(digits), 2)]
-            else:
-                ids.append(self._ids[x])
-        return ids
-
-    def parse_prompt(self, text: str) -> tuple[list[int], str]:
-        """(operands, operator) of a prompt of this task in this format; ValueError with one
-        line (and an example of the form) for anything else, e.g. ``"hello"``."""
-        compact = "".join(text.split())
-        symbols = sorted(op_symbols(self.task), key=len, reverse=True)
-        example = self.example_prompt()
-        if self.task.name == "sorting":
-            match = re.fullmatch(r"((?:[a-z]:\d+,)*[a-z]:\d+)=", compact)
-            items = match.group(1).split(",") if match else []
-            if not match or [i[0] for i in items] != list(LETTERS[: len(items)]):
-                raise ValueError(self._not_a_problem(example))
-            values = [i[2:] for i in items]
-            op = symbols[0]
-        else:
-            ops = "|".join(re.escape(s) for s in symbols)
-            match = re.fullmatch(rf"(\d+)({ops})(\d+)=", compact)
-            if not match:
-                raise ValueError(self._not_a_problem(example))
-            values, op = [match.group(1), match.group(3)], match.group(2)
-        if self.config.name == "reversed":  # digits are written least significant first
-            values = [v[::-1] for v in values]
-        return [int(v) for v in values], op
-
-    def _not_a_problem(self, example: str) -> str:
-        return (
-            f"not a problem of the model's task ({self.task.name}) in its format "
-            f"({self.config.name}), e.g. {example!r}"
-        )
-
     def example_prompt(self) -> str:
         """One prompt in this format, as a user types it, with operands of the trained width
         (``"123 + 456 ="`` for plain 3-digit addition: a model trained on fixed-width operands
@@ -388,21 +333,7 @@ class Format:
                 kept.append(i)
         if self.config.name != "base100":
             return "".join(self.vocab[i] for i in kept)
-        out, in_number, seen_equals = [], False, False
-        for i in kept:
-            if i < 100:  # a number token: only the first of a number drops its leading zero
-                out.append(f"{i:02d}" if in_number else str(i))
-                in_number = True
-                continue
-            # An operator sits between two numbers of the prompt; a "-" anywhere else (first, or
-            # after "=") is the answer's sign and stays tight, as in plain's "0 - 999 =-999".
-            token, infix, in_number = self.vocab[i], in_number and not seen_equals, False
-            if token == "=":
-                seen_equals = True
-                out.append(" =")
-            else:
-                out.append(f" {token} " if infix else token)
-        return "".join(out)
+        return _base100_text(kept, self.vocab)
 
     def answer_text(self, problems: Problems) -> list[str]:
         """Expected answer text per problem (no EOS): ``"6912"`` for plain 1234 + 5678."""
@@ -414,3 +345,23 @@ class Format:
     def normalise(self, text: str) -> str:
         """Text for a normalised match: all whitespace removed (``"6 912"`` -> ``"6912"``)."""
         return "".join(text.split())
+
+
+def _base100_text(ids: list[int], vocab: tuple[str, ...]) -> str:
+    """base100 token ids (no PAD, no EOS) as plain writes them: ``[1, 23, "+", ...]`` ->
+    ``"123 + ..."``."""
+    out, in_number, seen_equals = [], False, False
+    for i in ids:
+        if i < 100:  # a number token: only the first of a number drops its leading zero
+            out.append(f"{i:02d}" if in_number else str(i))
+            in_number = True
+            continue
+        # An operator sits between two numbers of the prompt; a "-" anywhere else (first, or
+        # after "=") is the answer's sign and stays tight, as in plain's "0 - 999 =-999".
+        token, infix, in_number = vocab[i], in_number and not seen_equals, False
+        if token == "=":
+            seen_equals = True
+            out.append(" =")
+        else:
+            out.append(f" {token} " if infix else token)
+    return "".join(out)

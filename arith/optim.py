@@ -11,6 +11,9 @@ from torch import nn
 
 from arith.errors import require
 
+ABACUS_BIAS = "abacus_bias.table"
+"""Name ending of the ``abacus_bias`` parameters (arith.positions.AbacusBias)."""
+
 
 @dataclass(frozen=True)
 class OptimConfig:
@@ -32,6 +35,11 @@ class OptimConfig:
     """Final learning rate of the cosine / linear decay, as a fraction of ``lr``."""
     grad_clip: float | None = 1.0
     """Clip the global gradient norm to this; ``None`` disables clipping."""
+    abacus_bias_lr_mult: float = 10.0
+    """Learning rate of the ``abacus_bias`` table (model.position) as a multiple of ``lr``.
+    AdamW moves a parameter by about lr per step, so at a usual lr the bias needs thousands of
+    steps to reach the few units a sharp preference takes; ten times faster, it gets there
+    early (docs/notes/abacus_length.md)."""
 
     def __post_init__(self) -> None:
         # finite: a spec's .inf passes "> 0" and trains nothing but NaN
@@ -60,6 +68,11 @@ class OptimConfig:
             "optim.grad_clip",
             f"must be > 0 or null, but got {self.grad_clip}",
         )
+        require(
+            0 < self.abacus_bias_lr_mult < math.inf,
+            "optim.abacus_bias_lr_mult",
+            f"must be > 0 and finite, but got {self.abacus_bias_lr_mult}",
+        )
 
 
 def lr_factor(cfg: OptimConfig, step: int, total_steps: int) -> float:
@@ -87,15 +100,19 @@ class PackedAdamW:
     ``torch.optim.AdamW(fused=True)`` with a ``LambdaLR`` of ``lr_factor``. Weight decay
     (Loshchilov & Hutter 2019) applies to matrices (embeddings included: grokking, Power et al.
     2022, depends on it), not to biases or norms. A member marked inactive does not update.
+    The ``abacus_bias`` table steps at ``abacus_bias_lr_mult`` times the learning rate.
     """
 
     def __init__(self, model: nn.Module, configs: list[OptimConfig], total_steps: list[int]):
         self.configs, self.total_steps = list(configs), list(total_steps)
-        params = [p for p in model.parameters() if p.requires_grad]
+        named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         # a matrix is (members, rows, cols); biases and norms are (members, d)
-        self.decay = [p for p in params if p.dim() >= 3]
-        self.no_decay = [p for p in params if p.dim() < 3]
+        self.decay = [p for _, p in named if p.dim() >= 3]
+        self.no_decay = [p for _, p in named if p.dim() < 3]
         self.params = self.decay + self.no_decay
+        # which of params step at abacus_bias_lr_mult times the learning rate
+        faster = {id(p) for name, p in named if name.endswith(ABACUS_BIAS)}
+        self.faster = [id(p) in faster for p in self.params]
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
         device = self.params[0].device
@@ -142,11 +159,20 @@ class PackedAdamW:
                 chosen = [
                     j for j in range(lo, hi or len(self.params)) if self.params[j].grad is not None
                 ]
-                if not chosen:
-                    continue
-                self._update(i, chosen, lr, decay)
+                plain = [j for j in chosen if not self.faster[j]]
+                faster = [j for j in chosen if self.faster[j]]
+                if plain:
+                    self._update(i, plain, lr, decay, cfg.eps)
+                if faster:
+                    # the step of a bias stored divided by mult and multiplied back in the
+                    # forward pass, as it once was: decay (decoupled, scaled by lr) and eps
+                    # (which meets gradients mult times larger there) are divided by mult
+                    mult = cfg.abacus_bias_lr_mult
+                    self._update(i, faster, lr * mult, decay / mult, cfg.eps / mult)
 
-    def _update(self, i: int, chosen: list[int], lr: float, weight_decay: float) -> None:
+    def _update(
+        self, i: int, chosen: list[int], lr: float, weight_decay: float, eps: float
+    ) -> None:
         cfg = self.configs[i]
         p = [self.params[j][i] for j in chosen]
         g = [self.params[j].grad[i] for j in chosen]
@@ -156,7 +182,7 @@ class PackedAdamW:
             torch._fused_adamw_(
                 p, g, m, v, [], [self.steps[i]] * len(p),
                 lr=lr, beta1=cfg.betas[0], beta2=cfg.betas[1], weight_decay=weight_decay,
-                eps=cfg.eps, amsgrad=False, maximize=False,
+                eps=eps, amsgrad=False, maximize=False,
             )  # fmt: skip
             return
         step = float(self.step_counts[i])  # the reference AdamW, for devices without a kernel
@@ -165,7 +191,7 @@ class PackedAdamW:
             param.mul_(1 - lr * weight_decay)
             avg.lerp_(grad, 1 - beta1)
             avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (avg_sq.sqrt() / math.sqrt(1 - beta2**step)).add_(cfg.eps)
+            denom = (avg_sq.sqrt() / math.sqrt(1 - beta2**step)).add_(eps)
             param.addcdiv_(avg, denom, value=-lr / (1 - beta1**step))
 
     def state_dict(self) -> dict:

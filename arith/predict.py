@@ -21,9 +21,9 @@ from arith import checkpoint as ckpt
 from arith import config as config_lib
 from arith.cli import HelpFormatter, fail, run_main
 from arith.evaluate import greedy_decode
-from arith.formats import build_format
+from arith.formats import LETTERS, Format, build_format
 from arith.model import GPT
-from arith.tasks import from_ints
+from arith.tasks import from_ints, op_symbols
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -96,11 +96,67 @@ def unfamiliar(task, lengths: list[int]) -> str | None:
     return None
 
 
+def parse_prompt(fmt: Format, text: str) -> tuple[list[int], str]:
+    """(operands, operator) of a prompt of the format's task typed in its text form; ValueError
+    with one line (and an example of the form) for anything else, e.g. ``"hello"``."""
+    compact = "".join(text.split())
+    symbols = sorted(op_symbols(fmt.task), key=len, reverse=True)
+    if fmt.task.name == "sorting":
+        match = re.fullmatch(r"((?:[a-z]:\d+,)*[a-z]:\d+)=", compact)
+        items = match.group(1).split(",") if match else []
+        if not match or [i[0] for i in items] != list(LETTERS[: len(items)]):
+            raise ValueError(_not_a_problem(fmt))
+        values = [i[2:] for i in items]
+        op = symbols[0]
+    else:
+        ops = "|".join(re.escape(s) for s in symbols)
+        match = re.fullmatch(rf"(\d+)({ops})(\d+)=", compact)
+        if not match:
+            raise ValueError(_not_a_problem(fmt))
+        values, op = [match.group(1), match.group(3)], match.group(2)
+    if fmt.config.name == "reversed":  # digits are written least significant first
+        values = [v[::-1] for v in values]
+    return [int(v) for v in values], op
+
+
+def _not_a_problem(fmt: Format) -> str:
+    return (
+        f"not a problem of the model's task ({fmt.task.name}) in its format "
+        f"({fmt.config.name}), e.g. {fmt.example_prompt()!r}"
+    )
+
+
+def encode_prompt_text(fmt: Format, text: str) -> list[int]:
+    """Token ids of a prompt typed in the format's text form (``"1234 + 5678 ="`` for plain),
+    read as typed, without parsing it as a problem. ValueError with a one-line message for
+    anything outside the vocabulary."""
+    if fmt.config.name != "base100":
+        bad = sorted({c for c in text if c not in fmt.token_ids or len(c) != 1})
+        if bad:
+            raise ValueError(f"characters {bad} are not in the {fmt.config.name} vocabulary")
+        return fmt.text_ids(text)
+    compact = "".join(text.split())
+    pieces = re.findall(r"\d+|//|[-+*/%=]|.", compact)
+    bad = sorted({x for x in pieces if not x.isdigit() and x not in fmt.token_ids})
+    if bad:
+        raise ValueError(f"characters {bad} are not in the base100 vocabulary")
+    ids: list[int] = []
+    for x in pieces:
+        if x.isdigit():
+            digits = x.lstrip("0") or "0"
+            head = len(digits) % 2 or 2  # big-endian pairs: 12345 -> 1, 23, 45
+            ids.append(int(digits[:head]))
+            ids += [int(digits[i : i + 2]) for i in range(head, len(digits), 2)]
+        else:
+            ids.append(fmt.token_ids[x])
+    return ids
+
+
 def prompt_ids(fmt, prompt: str) -> tuple[list[int], str | None]:
     """The prompt's tokens as training wrote them, and why it lies outside training (or None);
     one line and exit 2 for anything that is not a problem of the model's task in its format."""
     try:
-        operands, op = fmt.parse_prompt(prompt)
+        operands, op = parse_prompt(fmt, prompt)
         problem = from_ints(fmt.task, [operands], [op])
     except ValueError as err:
         fail(f"prompt {prompt!r}: {err}")

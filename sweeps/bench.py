@@ -112,7 +112,7 @@ def steady_state(ends: list[float], plain: list[float]) -> float:
     return per_trial - sum(plain[1:]) / len(plain[1:])
 
 
-# Model shapes of about 30K, 100K and 1M parameters on 3-digit addition (arith.model.n_params).
+# Model shapes of about 30K, 100K and 1M parameters on 3-digit addition (arith.cost.n_params).
 PACK_SIZES = {"30k": (48, 1), "100k": (64, 2), "1m": (128, 5)}
 
 
@@ -146,7 +146,8 @@ def run_pack_bench(sizes: list[str], packs: list[int], steps: int, device: str) 
     """Rows of (size, n_params, pack, unpacked and packed trials per hour, their ratio)."""
     import torch
 
-    from arith.trainer import describe, train, train_pack
+    from arith.cost import describe
+    from arith.trainer import train, train_pack
 
     if device == "cpu":
         torch.set_num_threads(1)  # one CPU per trial, as a Tune trial holds

@@ -13,7 +13,9 @@ import pytest
 
 from arith import bench
 from arith import config as config_lib
-from arith.trainer import gpu_peak_flops, step_cost
+from arith.bench_report import markdown_table
+from arith.cost import step_cost
+from arith.hardware import gpu_peak_flops
 
 NUMBER = re.compile(r"^[\d,]+(\.\d+)?(e[+-]?\d+)?$")
 
@@ -132,5 +134,5 @@ def test_peak_flops_must_be_finite_and_positive(value, shown):
 
 
 def test_markdown_table_formats_numbers() -> None:
-    text = bench.markdown_table("T", {"a": "A", "b": "B"}, [{"a": "x", "b": 1234.5}])
+    text = markdown_table("T", {"a": "A", "b": "B"}, [{"a": "x", "b": 1234.5}])
     assert text.splitlines() == ["## T", "", "| A | B |", "|---|---|", "| x | 1,234 |"]

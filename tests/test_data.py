@@ -10,7 +10,8 @@ import torch
 
 from arith import config as config_lib
 from arith import tasks
-from arith.data import BatchSource, DataConfig, build_dataset, split_of
+from arith.batches import BatchSource
+from arith.data import DataConfig, build_dataset, split_of
 from arith.errors import ConfigError
 from arith.formats import FormatConfig
 from arith.tasks import TaskConfig

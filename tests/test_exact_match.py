@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from arith import config as config_lib
-from arith.data import build_dataset, to_tensors
+from arith.batches import to_tensors
+from arith.data import build_dataset
 from arith.evaluate import evaluate_set, teacher_forced
 from arith.formats import FormatConfig, build_format
 from arith.tasks import TaskConfig, from_ints

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from arith import config as config_lib
-from arith import model as model_lib
-from arith import tasks
+from arith import positions, tasks
 from arith.errors import ConfigError
 from arith.formats import Encoded, FormatConfig, build_format, longest_digit_run
-from arith.model import _digit_run_index, abacus_rows
+from arith.positions import abacus_index, digit_run_index
+from arith.predict import encode_prompt_text, parse_prompt
 from arith.tasks import TaskConfig
 from arith.trainer import train
 
@@ -246,7 +246,7 @@ def test_answer_text_and_prompt_text(name):
         full = f.decode(row)
         prompt = f.decode(row[:start])
         assert full == prompt + text
-        assert f.encode_prompt_text(prompt) == row[:start].tolist()
+        assert encode_prompt_text(f, prompt) == row[:start].tolist()
     assert all(t == f.normalise(t) or name == "spaced" for t in texts)
     assert all(i < len(f.vocab) for i in enc.tokens.ravel())
 
@@ -262,11 +262,11 @@ def test_answer_text_examples():
 
 def test_encode_prompt_text_rejects_unknown_characters():
     with pytest.raises(ValueError, match="vocabulary"):
-        fmt("plain", TaskConfig()).encode_prompt_text("12 & 3 =")
+        encode_prompt_text(fmt("plain", TaskConfig()), "12 & 3 =")
     with pytest.raises(ValueError, match="vocabulary"):
-        fmt("base100", TaskConfig()).encode_prompt_text("12 ^ 3 =")
+        encode_prompt_text(fmt("base100", TaskConfig()), "12 ^ 3 =")
     f = fmt("base100", TaskConfig())
-    assert f.encode_prompt_text("12345 + 6 =") == [1, 23, 45, 100, 6, 106]
+    assert encode_prompt_text(f, "12345 + 6 =") == [1, 23, 45, 100, 6, 106]
 
 
 def test_vocab_ids():
@@ -343,18 +343,18 @@ PROMPT_CASES = [
 def test_a_typed_prompt_parses_back_to_its_problem(task, name):
     fmt = build_format(FormatConfig(name=name), task)
     example = fmt.example_prompt()
-    operands, op = fmt.parse_prompt(example)
+    operands, op = parse_prompt(fmt, example)
     problem = tasks.from_ints(task, [operands], [op])
     encoded = fmt.encode(problem)
     assert fmt.decode(encoded.tokens[0, : encoded.prompt_len[0]].tolist()) == example
     for bad in ("hello", "", "=", example.replace("=", "")):
         with pytest.raises(ValueError, match="not a problem of the model's task"):
-            fmt.parse_prompt(bad)
+            parse_prompt(fmt, bad)
 
 
 def test_reversed_prompts_are_read_least_significant_digit_first():
     fmt = build_format(FormatConfig(name="reversed"), TaskConfig(name="addition", n_digits=3))
-    assert fmt.parse_prompt("123+45=") == ([321, 54], "+")
+    assert parse_prompt(fmt, "123+45=") == ([321, 54], "+")
 
 
 # -- Abacus rows --------------------------------------------------------------------------------
@@ -364,7 +364,7 @@ def _longest_written_run(f, problems) -> int:
     """Longest run of digit tokens in the encoded rows, counted as the model counts them."""
     tokens = torch.from_numpy(f.encode(problems).tokens)
     is_digit = torch.isin(tokens, torch.tensor(f.digit_ids))
-    return int(_digit_run_index(is_digit, tokens.new_zeros(len(tokens))).max())
+    return int(digit_run_index(is_digit, tokens.new_zeros(len(tokens))).max())
 
 
 @pytest.mark.parametrize(
@@ -427,11 +427,11 @@ def test_training_offsets_keep_every_digit_inside_the_abacus_table(monkeypatch):
     rows: list[int] = []
 
     def recording(run, offset):
-        index = abacus_rows(run, offset)
+        index = abacus_index(run, offset)
         rows.append(int(index.max()))
         return index
 
-    monkeypatch.setattr(model_lib, "abacus_rows", recording)
+    monkeypatch.setattr(positions, "abacus_index", recording)
     cfg = config_lib.load(
         None,
         [

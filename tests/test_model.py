@@ -5,18 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arith.model import (
-    GPT,
-    CausalSelfAttention,
-    KVCache,
-    ModelConfig,
-    _digit_run_index,
-    abacus_rows,
-    flops_per_token,
-    index_buckets,
-    member_dropout,
-    n_params,
-)
+from arith.cost import flops_per_token, n_params
+from arith.kv_cache import KVCache
+from arith.members import member_dropout
+from arith.model import GPT, CausalSelfAttention, ModelConfig
+from arith.positions import abacus_index, clipped_differences, digit_run_index
 
 POSITIONS = ["learned", "rope", "abacus", "abacus_bias", "none"]
 
@@ -74,19 +67,19 @@ def test_seed_002_upper_shapes_count_every_weight_of_the_block():
     assert flops_per_token(cfg, vocab, 32) > 6 * non_embedding
 
 
-def test_digit_run_index_counts_within_numbers_and_continues_from_cache():
+def testdigit_run_index_counts_within_numbers_and_continues_from_cache():
     is_digit = torch.tensor([[1, 1, 0, 1, 1, 1, 0]], dtype=torch.bool)  # "12+345="
-    assert _digit_run_index(is_digit, torch.tensor([0])).tolist() == [[1, 2, 0, 1, 2, 3, 0]]
-    assert _digit_run_index(is_digit[:, :2], torch.tensor([3])).tolist() == [[4, 5]]
+    assert digit_run_index(is_digit, torch.tensor([0])).tolist() == [[1, 2, 0, 1, 2, 3, 0]]
+    assert digit_run_index(is_digit[:, :2], torch.tensor([3])).tolist() == [[4, 5]]
 
 
 def test_equals_sits_one_abacus_row_below_the_ones_digits_at_every_offset():
     # reversed "21+543=": ones digits first; the answer's ones digit is predicted at "="
     is_digit = torch.tensor([[True, True, False, True, True, True, False]])
-    run = _digit_run_index(is_digit, torch.tensor([0]))
-    assert torch.equal(abacus_rows(run, None), run)  # evaluation: no shift
+    run = digit_run_index(is_digit, torch.tensor([0]))
+    assert torch.equal(abacus_index(run, None), run)  # evaluation: no shift
     for offset in (0, 3, 17):
-        rows = abacus_rows(run, torch.tensor([offset]))[0].tolist()
+        rows = abacus_index(run, torch.tensor([offset]))[0].tolist()
         assert rows == [offset + r for r in run[0].tolist()]
         # what "=" looks up does not depend on the offset, as for every answer digit after it
         assert rows[0] - rows[6] == rows[3] - rows[6] == 1
@@ -95,7 +88,7 @@ def test_equals_sits_one_abacus_row_below_the_ones_digits_at_every_offset():
 def _reversed_sum_indices(n_digits: int) -> torch.Tensor:
     """Digit indices of a reversed n + n digit sum with its n + 1 digit answer, "=" between."""
     digits = [True] * n_digits + [False] + [True] * n_digits + [False] + [True] * (n_digits + 1)
-    return _digit_run_index(torch.tensor([digits]), torch.tensor([0]))
+    return digit_run_index(torch.tensor([digits]), torch.tensor([0]))
 
 
 def test_abacus_bias_meets_no_new_index_difference_on_longer_operands():
@@ -104,7 +97,7 @@ def test_abacus_bias_meets_no_new_index_difference_on_longer_operands():
     # differences 8-digit training never had; clipped at the reach, they bring none.
     def seen(n_digits: int, reach: int) -> set[int]:
         run = _reversed_sum_indices(n_digits)
-        return set(index_buckets(run, run, reach).unique().tolist())
+        return set(clipped_differences(run, run, reach).unique().tolist())
 
     assert seen(12, 4) == seen(8, 4) == set(range(9))
     assert seen(12, 100) > seen(8, 100)  # what rotary angles on the index would see
@@ -119,13 +112,13 @@ def test_abacus_bias_finds_the_ones_digits_from_equals_at_any_length():
         attn.qkv.weight.zero_()
         attn.qkv.weight[0, 4:].copy_(torch.eye(2))  # q = k = 0, v = x
         attn.proj.weight[0].copy_(torch.eye(2))
-        attn.row_bias.zero_()
-        attn.row_bias[0, cfg.abacus_bias_reach - 1] = 30.0  # query index - key index = -1
+        attn.abacus_bias.table.zero_()
+        attn.abacus_bias.table[0, cfg.abacus_bias_reach - 1] = 30.0  # query index - key index = -1
     for n_digits in (3, 8, 12):
         run = _reversed_sum_indices(n_digits)[:, : 2 * n_digits + 2]  # up to "="
         x = torch.stack([run == 1, run != 1], dim=-1).float()  # feature 0: a ones digit
-        buckets = index_buckets(run, run, cfg.abacus_bias_reach)
-        y = attn(x, None, KVCache(), 0, run.shape[1], (0.0,), buckets)
+        differences = clipped_differences(run, run, cfg.abacus_bias_reach)
+        y = attn(x, None, KVCache(), 0, (0.0,), differences)
         assert y[0, -1, 0].item() == pytest.approx(1.0, abs=1e-6)
 
 
@@ -180,7 +173,7 @@ def _weight_on_matching_keys(log_length: bool, n_distractors: int) -> float:
         attn.proj.weight[0].copy_(eye)
     match, other = torch.tensor([1.0, 0, 0, 0]), torch.tensor([0, 1.0, 0, 0])
     x = torch.stack([match, *[other] * n_distractors, match])[None]
-    y = attn(x, None, KVCache(), 0, x.shape[1], dropout=(0.0,))
+    y = attn(x, None, KVCache(), 0, dropout=(0.0,))
     return float(y[0, -1, 0].detach())
 
 
@@ -287,7 +280,8 @@ def test_what_a_run_evaluates_does_not_change_its_initial_weights(position, eval
 
 def test_a_run_that_only_evaluates_more_trains_the_same_model():
     from arith import config as config_lib
-    from arith.trainer import describe, train
+    from arith.cost import describe
+    from arith.trainer import train
 
     base = [*RUN, "model.dropout=0.1", "train.max_steps=4", "train.eval_every=4"]
     base += ["data.val_size=16", "data.test_size=16", "train.train_eval_size=16"]

@@ -11,16 +11,11 @@ import torch
 
 from arith import checkpoint as ckpt
 from arith import config as config_lib
+from arith.cost import describe, planned_steps, step_cost
 from arith.data import build_dataset
 from arith.formats import build_format
-from arith.trainer import (
-    DEFAULT_MAX_STEPS,
-    describe,
-    planned_steps,
-    reported_metrics,
-    step_cost,
-    train,
-)
+from arith.trainconf import DEFAULT_MAX_STEPS
+from arith.trainer import reported_metrics, train
 
 TINY = [
     "task.n_digits=2",

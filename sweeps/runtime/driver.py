@@ -27,7 +27,7 @@ JOURNAL_FILE = "mlflow_outbox.jsonl"
 
 def dry_run_text(spec: SweepSpec) -> str:
     """The trials a sweep would run, with sizes and estimated training FLOPs (nothing starts)."""
-    from arith.trainer import describe
+    from arith.cost import describe
     from sweeps.spec.space import n_trials, resolve_run_config, tune_ordered_points
 
     s = spec.sweep
@@ -66,7 +66,7 @@ def dry_run_text(spec: SweepSpec) -> str:
 
 def _pack_lines(spec: SweepSpec) -> list[str]:
     """The packs a packed sweep trains: which trials (by their ids' ends) share one process."""
-    from arith.trainer import describe
+    from arith.cost import describe
     from sweeps.spec.packing import build_packs
     from sweeps.spec.space import resolve_run_config
 
@@ -434,7 +434,7 @@ def build_tuner(
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    from arith.trainer import describe
+    from arith.cost import describe
     from sweeps.runtime import tuning
     from sweeps.runtime.callbacks import bind as bind_callbacks
     from sweeps.runtime.progress import ProgressLine

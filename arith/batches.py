@@ -1,0 +1,84 @@
+"""Training batches as tensors: epochs over a fixed pool, or a fresh stream of problems."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from arith.data import STREAM_BATCHES, DataConfig, Dataset, sample_split
+from arith.formats import Encoded
+from arith.tasks import Problems
+
+
+class BatchSource:
+    """Training batches as tensors: epochs over a fixed pool, or a fresh stream of problems.
+
+    Its whole state is an RNG and a cursor, saved in checkpoints so a resumed run sees the same
+    batches.
+    """
+
+    def __init__(self, dataset: Dataset, data: DataConfig, batch_size: int, seed: int) -> None:
+        self.dataset, self.data, self.batch_size = dataset, data, batch_size
+        self.rng = np.random.default_rng([seed, STREAM_BATCHES])
+        self.order: np.ndarray | None = None
+        self.cursor = 0
+        self._by_op: list[np.ndarray] | None = None  # pool rows of each operation (op_weights)
+
+    def next_problems(self) -> Problems:
+        pool = self.dataset.train_pool
+        if pool is None:
+            return sample_split(
+                self.dataset.task, self.data, self.dataset.split_salt, 0, self.batch_size, self.rng
+            )
+        if self.dataset.task.name == "multi_op" and self.dataset.task.op_weights is not None:
+            return pool.take(self._weighted_draw(pool))
+        index = []
+        need = self.batch_size
+        while need > 0:
+            if self.order is None or self.cursor >= len(self.order):
+                self.order, self.cursor = self.rng.permutation(len(pool)), 0
+            chunk = self.order[self.cursor : self.cursor + need]
+            self.cursor += len(chunk)
+            need -= len(chunk)
+            index.append(chunk)
+        return pool.take(np.concatenate(index))
+
+    def _weighted_draw(self, pool: Problems) -> np.ndarray:
+        """Pool indices with each operation drawn in proportion to ``task.op_weights`` (as when
+        problems are sampled fresh), then a problem of it uniformly: epochs over a pool would
+        give each operation its share of the pool whatever its weight."""
+        if self._by_op is None:
+            self._by_op = [np.flatnonzero(pool.op == i) for i in range(len(self.dataset.task.ops))]
+        weights = np.array(self.dataset.task.op_weights, dtype=np.float64)
+        weights[[len(rows) == 0 for rows in self._by_op]] = 0.0
+        ops = self.rng.choice(len(weights), size=self.batch_size, p=weights / weights.sum())
+        index = np.empty(self.batch_size, dtype=np.int64)
+        for op, rows in enumerate(self._by_op):
+            chosen = np.flatnonzero(ops == op)
+            index[chosen] = rows[self.rng.integers(0, len(rows), size=len(chosen))]
+        return index
+
+    def next_batch(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(inputs, targets, loss_mask)`` on ``device``; targets are inputs shifted by one."""
+        encoded = self.dataset.format.encode(self.next_problems())
+        return to_tensors(encoded, self.dataset.format.config.mask_first_n, device)
+
+    def state_dict(self) -> dict:
+        return {
+            "rng": self.rng.bit_generator.state,
+            "order": None if self.order is None else torch.from_numpy(self.order),
+            "cursor": self.cursor,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.order = None if state["order"] is None else state["order"].numpy()
+        self.cursor = int(state["cursor"])
+
+
+def to_tensors(
+    encoded: Encoded, mask_first_n: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    tokens = torch.from_numpy(encoded.tokens).to(device, non_blocking=True)
+    mask = torch.from_numpy(encoded.loss_mask(mask_first_n)).to(device, non_blocking=True)
+    return tokens[:, :-1], tokens[:, 1:], mask

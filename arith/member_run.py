@@ -1,0 +1,173 @@
+"""One member's run inside a pack: its data and batches, its evaluations on its own schedule,
+its stopping rules, its final measurement and its summary. The loop that trains the pack is
+arith.trainer's; this is what it keeps per member."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from arith import checkpoint as ckpt
+from arith.batches import BatchSource
+from arith.data import Dataset
+from arith.evaluate import evaluate_set
+from arith.hardware import Throughput
+from arith.stopping import LoopState
+from arith.trainconf import TrainConfig
+
+if TYPE_CHECKING:
+    from arith.config import RunConfig
+
+
+@dataclass
+class MemberRun:
+    """One run of a pack: its data, batches, schedule length and stopping bookkeeping."""
+
+    config: RunConfig
+    dataset: Dataset
+    max_steps: int
+    batches: BatchSource
+    generator: torch.Generator  # Abacus offsets, kept apart from dropout's RNG
+    train_sample: Any
+    meter: Throughput
+    cost: dict[str, int]
+    """What one step costs (``step_cost``), for the summary's tokens and FLOPs."""
+    state: LoopState = field(default_factory=LoopState)
+    stop: str = "max_steps"
+    running_loss: float = 0.0
+    running_count: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        """Still training: not yet measured and saved at its end."""
+        return self.state.stopped_reason is None
+
+    def at_end(self, step: int) -> bool:
+        """Whether ``step`` ends this member's run: its last step, or a stopping rule fired."""
+        return step >= self.max_steps or self.stop != "max_steps"
+
+    def due(self, step: int) -> bool:
+        """Whether this member evaluates at ``step``: every ``eval_every`` steps and at its end."""
+        every = self.config.train.eval_every
+        return (step % every == 0 and step > self.state.last_report_step) or self.at_end(step)
+
+    def record_step(self, loss: float, seconds: float, rows: int, tokens: int, pack_tokens: int):
+        """Count one training step: its throughput, its loss, and whether it diverged."""
+        self.meter.add(seconds, rows, tokens, pack_tokens)
+        if not math.isfinite(loss):
+            self.stop = "diverged"
+        self.running_loss += loss
+        self.running_count += 1
+
+
+def evaluate_member(
+    m: MemberRun,
+    model,
+    step: int,
+    lr: float,
+    elapsed: Callable[[], float],
+    device,
+    model_dir: Path | None,
+) -> None:
+    """Evaluate one member, update its stopping state and keep the metrics to report; at its
+    end, measure the final sets on its chosen weights and save them to ``model_dir``."""
+    tc = m.config.train
+    last = m.at_end(step)
+    metrics: dict[str, Any] = {"step": step, "epoch": _epoch(step, tc, m.dataset), "lr": lr}
+    if m.running_count:
+        metrics["train/loss"] = m.running_loss / m.running_count
+    m.running_loss, m.running_count = 0.0, 0
+    metrics.update(m.meter.pop())
+    metrics.update(_evaluate(model, m.dataset, device, m.train_sample, final=last))
+    metrics["time/elapsed_s"] = elapsed()
+    state = m.state
+    if m.stop == "max_steps":
+        m.stop = state.update(metrics, step, tc) or m.stop
+        if tc.patience is not None and state.evals_without_improvement == 0:
+            state.best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            state.best_step = step
+    if tc.time_budget_s and metrics["time/elapsed_s"] > tc.time_budget_s and m.stop == "max_steps":
+        m.stop = "time_budget"
+    if last or m.stop != "max_steps":
+        finish_member(m, model, step, device, model_dir)
+        metrics.update(m.metrics)
+        state.final_metrics = metrics
+        state.wall_time_s = elapsed()
+    state.step, state.last_report_step = step, step
+    m.metrics = metrics
+
+
+def finish_member(m: MemberRun, model, step: int, device, model_dir: Path | None) -> None:
+    """Measure the final sets on the member's chosen weights (the monitor's best with early
+    stopping, else the last) into ``m.metrics``, and save that model to ``model_dir``."""
+    state = m.state
+    last_weights = None
+    if state.best_weights is not None and state.best_step != step:
+        last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        model.load_state_dict(state.best_weights)  # test what the monitor chose
+    state.final_weights = "best" if state.best_weights is not None else "last"
+    weights_step = state.best_step if state.best_weights is not None else step
+    m.metrics = _final_sets(model, m.dataset, device)
+    m.metrics.update(m.dataset.data_metrics())  # sizes and training overlap of each set
+    m.metrics.update(final_weights_step=weights_step, done=1)
+    if model_dir is not None:
+        ckpt.save_model(model_dir, m.config, model, state.final_weights, weights_step)
+    if last_weights is not None:  # the checkpoint stays the loop's true state
+        model.load_state_dict(last_weights)
+    state.best_weights = None  # a stopped member's copy is no longer needed
+    state.stopped_reason = m.stop
+
+
+def summarise(m: MemberRun, counts: dict[str, int]) -> dict[str, Any]:
+    tc = m.config.train
+    summary = {k: v for k, v in m.metrics.items() if k not in ("checkpoint", "done")}
+    summary.update(
+        n_params=counts["total"],
+        n_params_non_embedding=counts["non_embedding"],
+        flops_per_token=m.cost["flops_per_token"],
+        steps=m.state.step,
+        tokens=m.state.step * m.cost["tokens"],
+        flops=m.state.step * m.cost["flops"],
+        wall_time_s=m.state.wall_time_s,
+        stopped_reason=m.stop,
+        final_weights=m.state.final_weights,  # "best" (the monitor's choice) or "last"
+    )
+    summary["best/" + tc.monitor] = m.state.best
+    summary["train/steps_to_100pct"] = m.state.steps_to_100pct
+    summary["val/steps_to_threshold"] = m.state.steps_to_threshold
+    return summary
+
+
+def _epoch(step: int, tc: TrainConfig, dataset: Dataset) -> float:
+    if dataset.train_pool is None:
+        return 0.0
+    return step * tc.batch_size / len(dataset.train_pool)
+
+
+def _evaluate(model, dataset: Dataset, device, train_sample, final: bool) -> dict[str, float]:
+    out: dict[str, float] = {}
+    train_metrics = evaluate_set(model, dataset.format, train_sample, device)
+    out["train/exact_match"] = train_metrics["exact_match"]
+    out["train/token_accuracy"] = train_metrics["token_accuracy"]
+    for key, value in evaluate_set(model, dataset.format, dataset.eval_sets["val"], device).items():
+        out[f"val/{key}"] = value
+    return out
+
+
+def _final_sets(model, dataset: Dataset, device) -> dict[str, float]:
+    """Test and the extra sets, measured once at the end."""
+    out: dict[str, float] = {}
+    for name, problems in dataset.eval_sets.items():
+        if name == "val":
+            continue
+        fmt = dataset.format_of(name)
+        reference = dataset.format if fmt is not dataset.format else None
+        for key, value in evaluate_set(model, fmt, problems, device, reference).items():
+            out[f"{name}/{key}"] = value
+    return out

@@ -1,0 +1,97 @@
+"""How the model knows where a token is: the position schemes of ``model.position``.
+
+- ``learned``: a table of absolute positions (GPT-2); the table lives on ``GPT`` as ``wpe``.
+- ``rope``: rotary embeddings on queries and keys (Su et al. 2021), base ``rope_theta``.
+- ``abacus``: each digit gets the embedding of its index within its number, counted from the
+  number's first token; training adds a random offset so indices up to ``abacus_max_k`` are
+  seen (McLeish et al. 2024, "Transformers Can Do Arithmetic with the Right Embeddings"). The
+  table lives on ``GPT`` as ``abacus``.
+- ``abacus_bias``: the same digit index, read by attention instead of added to the input: each
+  head adds a learned bias for the difference between the query's and the key's index (T5's
+  relative bias, Raffel et al. 2020, over digit indices rather than token positions), clipped
+  at ``abacus_bias_reach`` so longer numbers meet no difference training did not
+  (:class:`AbacusBias`).
+- ``none``: no position signal besides the causal mask (NoPE).
+
+What was tried on the way to these, with measurements: docs/notes/abacus_length.md.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def digit_run_index(is_digit: Tensor, prev_run: Tensor) -> Tensor:
+    """1-based index of each digit within its run of digits, 0 elsewhere; (B, T) -> (B, T).
+
+    ``prev_run`` (B,) is the index of the token just before this chunk, so decoding one token at
+    a time continues a number's count. ``"12+345="`` -> ``[1, 2, 0, 1, 2, 3, 0]``.
+    """
+    d = is_digit.long()
+    count = d.cumsum(1)
+    at_last_break = torch.where(d == 0, count, torch.zeros_like(count)).cummax(1).values
+    run = (count - at_last_break) * d
+    before_first_break = (1 - d).cumsum(1) == 0
+    return run + before_first_break * d * prev_run[:, None]
+
+
+def abacus_index(run: Tensor, offset: Tensor | None) -> Tensor:
+    """Entry of the Abacus table for each token: its digit index (``digit_run_index``) shifted
+    by the problem's training offset (B,); evaluation passes ``None``.
+
+    Non-digit tokens (index 0) shift too. The token that predicts an answer digit then sits
+    one entry below the operand digits that digit needs, at every offset, and that holds for
+    the ``=`` before the ones digit as well. Left at entry 0, ``=`` could not find the ones
+    digits by their index, only by counting tokens, which breaks on operands longer than
+    trained.
+    """
+    return run if offset is None else run + offset[:, None]
+
+
+def clipped_differences(queries: Tensor, keys: Tensor, reach: int) -> Tensor:
+    """Which ``abacus_bias`` entry each query and key pair reads: (B, T) and (B, S) digit
+    indices -> (B, T, S) in 0..2*reach, the index difference clipped at ``reach``.
+
+    Clipped, a problem longer than trained meets only differences training did; unclipped
+    (rotary angles of the same indices), sums longer than trained bring differences never seen.
+    """
+    return (queries[:, :, None] - keys[:, None, :]).clamp(-reach, reach) + reach
+
+
+class AbacusBias(nn.Module):
+    """``abacus_bias``: per member and head, a learned attention bias for each clipped digit
+    index difference (``clipped_differences``), -reach..reach.
+
+    It learns at a multiple of the learning rate (``optim.abacus_bias_lr_mult``, arith.optim):
+    at the rate of the weights it takes thousands of steps to become sharp."""
+
+    def __init__(self, members: int, n_head: int, n_differences: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        # (M, heads x differences): 2-D like other biases, so weight decay leaves it alone
+        self.table = nn.Parameter(torch.zeros(members, n_head * n_differences))
+
+    def forward(self, differences: Tensor) -> Tensor:
+        """Attention bias (B, heads, T, keys) for ``differences`` (B, T, keys): each member's
+        bias for the pair's clipped difference."""
+        B, T, S = differences.shape
+        M = self.table.shape[0]
+        table = self.table.view(M, self.n_head, -1)
+        table = table.repeat_interleave(B // M, dim=0)  # (B, heads, differences)
+        index = differences.view(B, 1, T * S).expand(B, self.n_head, T * S)
+        return table.gather(2, index).view(B, self.n_head, T, S)
+
+
+def rope_tables(positions: Tensor, head_dim: int, theta: float, dtype) -> tuple[Tensor, Tensor]:
+    """cos and sin of shape (T, head_dim), frequencies repeated for both halves."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device) / head_dim)
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate each pair of halves of ``x`` (B, nh, T, hs) by its position's angle."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
