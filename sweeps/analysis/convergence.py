@@ -14,9 +14,10 @@ The rule, in order (the first that applies wins):
 7. ``unknown``: fewer than two evaluations: one point has no trend.
 8. ``still_improving``: over the *window* (the last third of its training steps, and at least
    its last ``min_evals`` evaluations) the metric improved by more than the threshold between
-   the window's first and last evaluation: for a fraction (exact match, accuracy) by more than
-   ``abs_tol`` (0.01, one percentage point); for any other metric (a loss) by more than
-   ``rel_tol`` (2 %) of its value at the window's start. "Improved" follows the metric's
+   the window's first and last evaluation: for a fraction of right answers (exact match,
+   normalised match, accuracy: ``sweeps.spec.metrics.is_fraction``) by more than ``abs_tol``
+   (0.01, one percentage point); for any other metric (a loss) by more than ``rel_tol`` (2 %)
+   of its value at the window's start. "Improved" follows the metric's
    direction (``metric_direction``: down for a loss, an error or steps to a target, else
    up). Such a cell is budget-limited: more steps (``train.max_steps``) would change it.
 9. ``converged``: otherwise (flat over the window, or worse at its end than at its start).
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from sweeps.spec.metrics import metric_direction
+from sweeps.spec.metrics import is_fraction, metric_direction
 
 DIVERGED, EARLY_STOPPED, TIME_BUDGET = "diverged", "early_stopped", "time_budget"
 STILL_IMPROVING, CONVERGED, UNKNOWN = "still_improving", "converged", "unknown"
@@ -62,10 +63,6 @@ class ConvergenceRule:
 
 
 RULE = ConvergenceRule()
-
-
-def is_fraction(metric: str) -> bool:
-    return "exact_match" in metric or "accuracy" in metric
 
 
 def classify(

@@ -27,6 +27,7 @@ from sweeps.analysis.tables import (
     select_trials,
     varied_axes,
 )
+from sweeps.spec.metrics import is_fraction
 from sweeps.spec.table_block import FitSpec, TableSpec
 
 CURVE_METRICS = ("val/exact_match", "train/loss")
@@ -43,8 +44,12 @@ BUDGET = "train.flops_budget"
 LENGTH_COLUMN = re.compile(r"^(test|longer)/exact_match/len_(\d+)$")
 
 
-def _is_fraction(metric: str) -> bool:
-    return "exact_match" in metric or "accuracy" in metric or "normalised_match" in metric
+def _log_scaled_loss(metric: str, values: pd.Series) -> bool:
+    """Whether ``values`` of ``metric`` go on a log y axis: a loss, positive throughout. A loss
+    can fall by orders of magnitude over training and across sizes, and a log axis keeps all of
+    that fall readable. This chooses an axis, not which way is better (``metric_direction``):
+    an error or a number of steps, also better low, stays on a linear axis."""
+    return "loss" in metric and len(values) > 0 and bool((values > 0).all())
 
 
 def _short(path: str) -> str:
@@ -115,9 +120,9 @@ def exact_match_vs_params(
     _readable_log_ticks(ax.xaxis)
     ax.set_xlabel(f"parameters ({x})" if x.startswith("n_params") else x)
     ax.set_ylabel(metric)
-    if _is_fraction(metric):
+    if is_fraction(metric):
         ax.set_ylim(-0.03, 1.03)
-    elif "loss" in metric and (data[metric] > 0).all() and len(data):
+    elif _log_scaled_loss(metric, data[metric]):
         ax.set_yscale("log")
         _readable_log_ticks(ax.yaxis)
     ax.grid(True, which="major", alpha=0.3)
@@ -257,14 +262,14 @@ def heatmap(trials: pd.DataFrame, x: str, y: str, metric: str) -> Figure:
     fig.set_layout_engine("constrained")
     ax = fig.add_subplot()
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="lightgrey")
-    limits = {"vmin": 0.0, "vmax": 1.0} if _is_fraction(metric) else {}
+    limits = {"vmin": 0.0, "vmax": 1.0} if is_fraction(metric) else {}
     image = ax.imshow(
         np.ma.masked_invalid(mean), cmap=cmap, origin="lower", aspect="auto", **limits
     )
     low, high = image.get_clim()
     for i in range(mean.shape[0]):
         for j in range(mean.shape[1]):
-            text = _cell_text(mean[i, j], std[i, j], _is_fraction(metric))
+            text = _cell_text(mean[i, j], std[i, j], is_fraction(metric))
             ax.text(j, i, text, ha="center", va="center",
                     fontsize=9, color=_text_colour(mean[i, j], low, high))  # fmt: skip
     ax.set_xticks(range(len(x_levels)), [format_key(v) for v in x_levels])
@@ -323,10 +328,10 @@ def training_curves(
             style = LINE_STYLES[i % len(LINE_STYLES)]
             ax.plot(line["step"], line["value"], color=colour, lw=1.4, alpha=0.9, label=label,
                     ls=style, marker=marker, markersize=4)  # fmt: skip
-        if "loss" in metric and (rows["value"] > 0).all() and len(rows):
+        if _log_scaled_loss(metric, rows["value"]):
             ax.set_yscale("log")
             _readable_log_ticks(ax.yaxis)
-        if _is_fraction(metric):
+        if is_fraction(metric):
             ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel("step")
         ax.set_ylabel(metric)
@@ -394,7 +399,7 @@ def plots_for(
     it fits the metric against n_params); ``fit_<table>`` for every other fitted table; an
     isoFLOP plot where ``train.flops_budget`` varies; exact match by operand length where the
     trials have a longer-than-trained set."""
-    if metric is None or "exact_match" not in metric:
+    if metric is None or "exact_match" not in metric:  # the figures are of exact match
         metric = primary_metric(trials)
     fits = fits or {}
     axes = varied_axes(trials)

@@ -1,6 +1,6 @@
-"""What a metric's name says: which way is better, and whether it belongs to a held-out set
-(never selected on). The one rule the spec's checks, table selection and the convergence
-labels read."""
+"""What a metric's name says: which way is better, whether it is a fraction of right answers,
+and whether it belongs to a held-out set (never selected on). The one rule the spec's checks,
+table selection and fits, the convergence labels and the plots read."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from __future__ import annotations
 # make its figure the maximum of noise, not a held-out estimate. Whole namespaces ("longer/"),
 # so a validation set such as longer_val/ stays selectable.
 HELD_OUT_PREFIXES = ("test/", "ood/", "longer/", "edge/", "carry/")
+# The names of a share of answers (or answer tokens) that are right, whatever set or slice
+# they are of: ``test/exact_match/len_5``, ``ood/normalised_match``, ``train/token_accuracy``.
+FRACTION_WORDS = ("exact_match", "normalised_match", "accuracy")
 
 
 def metric_direction(metric: str) -> str | None:
@@ -20,6 +23,15 @@ def metric_direction(metric: str) -> str | None:
     if "exact_match" in name or "accuracy" in name:
         return "max"
     return None
+
+
+def is_fraction(metric: str) -> bool:
+    """Whether ``metric`` is a fraction of right answers: a number in [0, 1] that rises to 1 as
+    the model learns (FRACTION_WORDS). Such a metric is drawn on a linear 0-1 axis (and a 0-1
+    colour scale), fitted as its error ``1 - value`` (which falls with scale, as the law
+    does), and counts as still improving by percentage points rather than by a share of its
+    own value. A share that falls as the model learns (``short_answers``) is not one."""
+    return any(word in metric for word in FRACTION_WORDS)
 
 
 def is_held_out(metric: str) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sweeps.spec.metrics import held_out_message, is_held_out, metric_direction
+from sweeps.spec.metrics import held_out_message, is_fraction, is_held_out, metric_direction
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,9 +49,9 @@ class FitSpec:
 
     @property
     def fits_error(self) -> bool:
-        """A fraction that grows with scale (exact match, accuracy) is fitted as its error
-        ``1 - y``, which falls as the law does."""
-        return "exact_match" in self.y or "accuracy" in self.y
+        """A fraction of right answers (``sweeps.spec.metrics.is_fraction``) is fitted as its
+        error ``1 - y``, which falls as the law does."""
+        return is_fraction(self.y)
 
     @property
     def target(self) -> str:
