@@ -48,6 +48,11 @@ def varied_axes(trials: pd.DataFrame) -> list[str]:
     return [c for c in config_columns if trials[c].nunique(dropna=False) > 1]
 
 
+def config_axes(trials: pd.DataFrame) -> list[str]:
+    """The varied axes that tell configurations apart; seeds are repeats of one configuration."""
+    return [a for a in varied_axes(trials) if a != "train.seed"]
+
+
 def primary_metric(trials: pd.DataFrame) -> str:
     """The headline metric: test exact match where the trials have it, else validation's."""
     for name in PRIMARY_METRICS:
@@ -61,7 +66,7 @@ def default_table_specs(
 ) -> list[TableSpec]:
     """Tables for a sweep whose spec names none: metric by every varied axis, plus the pivots."""
     metric = metric or primary_metric(trials)
-    axes = [a for a in varied_axes(trials) if a != "train.seed"]
+    axes = config_axes(trials)
     values = [metric]
     for extra in ("n_params", "val/steps_to_threshold"):
         if extra in trials.columns and extra != metric:
@@ -350,7 +355,7 @@ def pooled_axes(trials: pd.DataFrame, spec: TableSpec) -> list[str]:
         return []
     chosen = select_trials(trials, spec)
     keys = [*spec.rows, *spec.columns]
-    candidates = [a for a in varied_axes(chosen) if a not in keys and a != "train.seed"]
+    candidates = [a for a in config_axes(chosen) if a not in keys]
     if not keys or not candidates:
         return candidates
     per_cell = chosen.groupby([chosen[k] for k in keys], dropna=False)[candidates]

@@ -1,0 +1,70 @@
+"""What every figure of ``sweeps.analysis`` shares: the Agg backend, markers and line styles,
+legend size, tick labels people read (10K, 1.5M) and the choice of a y axis for a metric.
+
+Figures are built with ``matplotlib.figure.Figure`` directly rather than pyplot, so a sweep
+that draws many of them keeps no global figure registry alive and needs no display.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pandas as pd
+from matplotlib import ticker
+
+from sweeps.spec.metrics import is_fraction
+
+MAX_LEGEND = 12
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+# Line styles cycled with colour, so flat curves lying on top of each other stay apart.
+LINE_STYLES = ("-", "--", ":", "-.")
+# The y range of a fraction of right answers: 0-1 with a little room either side, so points
+# at 0 and at 1 stay visible.
+FRACTION_YLIM = (-0.03, 1.03)
+
+
+def short(path: str) -> str:
+    """The last part of a dotted config path, for a legend: ``model.d_model`` -> ``d_model``."""
+    return path.rsplit(".", 1)[-1]
+
+
+def short_number(value: float, _pos: object = None) -> str:
+    """Tick labels people read: 3K, 100K, 1.5M, 2G; 0.01, 0.5, 3 below a thousand."""
+    if value <= 0:
+        return f"{value:g}"
+    for size, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if value >= size:
+            return f"{value / size:g}{suffix}"
+    return f"{value:g}"
+
+
+def readable_log_ticks(axis) -> None:
+    """A log axis labelled 10K, 30K, 100K (with minor labels where it spans a decade or less)."""
+    axis.set_major_formatter(ticker.FuncFormatter(short_number))
+    low, high = axis.get_data_interval()
+    few_decades = low > 0 and high / low <= 100
+    axis.set_minor_locator(ticker.LogLocator(subs=(2.0, 3.0, 5.0)))
+    axis.set_minor_formatter(
+        ticker.FuncFormatter(short_number) if few_decades else ticker.NullFormatter()
+    )
+
+
+def log_scaled_loss(metric: str, values: pd.Series) -> bool:
+    """Whether ``values`` of ``metric`` go on a log y axis: a loss, positive throughout. A loss
+    can fall by orders of magnitude over training and across sizes, and a log axis keeps all of
+    that fall readable. This chooses an axis, not which way is better (``metric_direction``):
+    an error or a number of steps, also better low, stays on a linear axis."""
+    return "loss" in metric and len(values) > 0 and bool((values > 0).all())
+
+
+def metric_y_axis(ax, metric: str, values: pd.Series) -> None:
+    """The y axis for ``metric``: a fraction of right answers (``is_fraction``) on 0-1
+    (FRACTION_YLIM); a positive loss on a log axis (``log_scaled_loss``); anything else as
+    matplotlib scales it."""
+    if is_fraction(metric):
+        ax.set_ylim(*FRACTION_YLIM)
+    elif log_scaled_loss(metric, values):
+        ax.set_yscale("log")
+        readable_log_ticks(ax.yaxis)
