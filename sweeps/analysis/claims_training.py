@@ -1,0 +1,117 @@
+"""The checks of the training questions: whether weight decay makes a run grok (seed 003),
+how batch size and learning rate set the steps to a target (seed 003's ablation), and whether
+Optuna with ASHA finds as good a learning rate as a grid for less training. The rules of every
+check are in ``sweeps.analysis.claims``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sweeps.analysis.claims_reading import (
+    NOT_MEASURED,
+    Frames,
+    bar,
+    column,
+    pct,
+    per_cell,
+    verdict_of,
+)
+
+GROK_THRESHOLD = 0.95
+"""Seed 003 counts a run as grokked at 95 % exact match."""
+
+
+def grokking(frames: Frames) -> list[str]:
+    trials = frames["main"]
+    val = column(trials, "val/exact_match")
+    wd = column(trials, "optim.weight_decay")
+    steps = column(trials, "val/steps_to_threshold")
+    out = []
+    for decay in sorted(wd.dropna().unique()):
+        rows = wd == decay
+        grokked = int((val[rows] >= GROK_THRESHOLD).sum())
+        reached = steps[rows].dropna()
+        when = (
+            f"; steps to 95 % validation {reached.mean():,.0f} ± {reached.std(ddof=1):,.0f}"
+            if len(reached) > 1
+            else (f"; steps to 95 % validation {reached.iloc[0]:,.0f}" if len(reached) else "")
+        )
+        out.append(
+            f"weight decay {decay:g}: {grokked} of {int(rows.sum())} seeds grok "
+            f"(final validation {pct(val[rows].mean())} ± {pct(val[rows].std())}){when}."
+        )
+    return [*out, _grokking_verdict(val, wd)]
+
+
+def _grokking_verdict(val: pd.Series, wd: pd.Series) -> str:
+    """Met only where both a decay > 0 group and a decay-0 group ran and were measured: the
+    claim is a contrast, and a group that did not run cannot show its side of it."""
+    claim = "Every seed with weight decay groks and none without, in the same budget"
+    with_decay, without = val[wd > 0], val[wd == 0]
+    missing = [
+        name
+        for name, rows in (("weight decay > 0", with_decay), ("weight decay 0", without))
+        if rows.notna().sum() == 0
+    ]
+    if missing:
+        return f"{claim}: {NOT_MEASURED} (no {' and no '.join(missing)} group measured)."
+    ok = (with_decay.dropna() >= GROK_THRESHOLD).all() and (without.dropna() < GROK_THRESHOLD).all()
+    return f"{claim}: {verdict_of(bool(ok))}."
+
+
+def batch_lr(frames: Frames) -> list[str]:
+    trials = frames["main"]
+    keys = ["train.batch_size", "optim.lr"]
+    to_val = per_cell(trials, keys, "val/steps_to_threshold")
+    to_train = per_cell(trials, keys, "train/steps_to_100pct")
+    reached = to_val["mean"].notna().all() and len(to_val) > 0
+
+    # A trial that stops at its validation target may stop before every sampled training
+    # problem is right: that is "not before it stopped", not "never". Grouped as _cells groups.
+    reasons = trials.get("stopped_reason", pd.Series("", index=trials.index))
+    present = [k for k in keys if k in trials.columns]
+    at_target = trials.assign(_t=reasons.eq("target_reached")).groupby(present, dropna=False)
+    at_target = at_target["_t"].all().reset_index()
+
+    def steps(x: float, early: bool = False) -> str:
+        if pd.isna(x):
+            return "not before the validation target stopped it" if early else "never"
+        return f"at {x:,.0f}"
+
+    rows = "; ".join(
+        f"batch {int(v['train.batch_size'])} (lr {v['optim.lr']:.2g}): threshold "
+        f"{steps(v['mean'])}, 100 % train {steps(t['mean'], bool(e['_t']))}"
+        for (_, v), (_, t), (_, e) in zip(
+            to_val.iterrows(), to_train.iterrows(), at_target.iterrows(), strict=True
+        )
+    )
+    falls = bool((to_val.sort_values("train.batch_size")["mean"].diff().dropna() <= 0).all())
+    return [
+        f"Steps: {rows}.",
+        f"Every batch size reaches the threshold: {verdict_of(bool(reached))}.",
+        "Steps to the threshold fall as the batch grows (the seed's claim): "
+        f"{'yes' if reached and falls else 'no'}.",
+    ]
+
+
+def optuna_lr(frames: Frames) -> list[str]:
+    main, grid = frames["main"], frames.get("optuna_lr_grid")
+    if grid is None or grid.empty:
+        return ["The lr grid to compare with has not run."]
+
+    # a trial ASHA stopped has no end-of-trial summary (best/...): its last validation stands in
+    def best(trials: pd.DataFrame) -> float:
+        return (
+            column(trials, "best/val/exact_match").fillna(column(trials, "val/exact_match")).max()
+        )
+
+    best_opt, best_grid = best(main), best(grid)
+    steps_opt, steps_grid = column(main, "steps").sum(), column(grid, "steps").sum()
+    close = bar(best_opt - best_grid, lambda gap: gap >= -0.01)
+    cheap = bar(steps_opt / steps_grid if steps_grid else np.nan, lambda share: share <= 0.5)
+    return [
+        f"Optuna + ASHA: best {pct(best_opt)} in {steps_opt:,.0f} training steps; lr grid: "
+        f"best {pct(best_grid)} in {steps_grid:,.0f} steps (both on validation).",
+        f"Within 0.01 of the grid: {close}; at most half its steps: {cheap}.",
+    ]
