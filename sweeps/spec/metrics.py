@@ -15,12 +15,13 @@ FRACTION_WORDS = ("exact_match", "normalised_match", "accuracy")
 
 def metric_direction(metric: str) -> str | None:
     """The better direction a metric's name implies: ``min`` for a loss, an error or a number
-    of steps to a target, ``max`` for exact match or accuracy, None when the name does not
-    say (``val/exact_match/len_5``: max)."""
+    of steps to a target, ``max`` for a fraction of right answers (``is_fraction``: exact
+    match, normalised match, accuracy), None when the name does not say
+    (``val/exact_match/len_5``: max)."""
     name = metric.split("/", 1)[-1]
     if any(word in name for word in ("loss", "error", "steps_to")):
         return "min"
-    if "exact_match" in name or "accuracy" in name:
+    if is_fraction(name):
         return "max"
     return None
 
