@@ -24,8 +24,6 @@ from sweeps.analysis.claims_reading import (
 LENGTH_BAR = 0.9
 """The findings issue's bar for an Abacus arm on longer operands (McLeish et al. 2024 report up
 to 99 % at five times the trained length)."""
-
-
 LEARNED_CEILING = 0.05
 """Seed 001's notebook: learned positions score 0 % on longer operands; "near 0" is under 5 %."""
 

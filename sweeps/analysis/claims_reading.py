@@ -13,8 +13,6 @@ Frames = dict[str, pd.DataFrame]
 
 CHOOSE_ON = "val/exact_match"
 """The metric every "best" is chosen on (mean over seeds per cell)."""
-
-
 NOT_MEASURED = "**not measured**"
 
 

@@ -21,8 +21,6 @@ from sweeps.analysis.claims_reading import (
 
 LADDER_BAR = 0.99
 """The findings issue's bar for the best cell of a size ladder (test exact match)."""
-
-
 DIP_STANDARD_ERRORS = 2.0
 """A size ladder still "rises" through a rung that sits below the one before by no more than
 this many standard errors of the difference of the two test-set estimates,
