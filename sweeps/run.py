@@ -14,7 +14,8 @@ from pathlib import Path
 
 from arith.errors import ConfigError
 from sweeps.cli import ArgumentParser
-from sweeps.runtime.driver import dry_run_text, run_sweep
+from sweeps.runtime.driver import run_sweep
+from sweeps.runtime.dry_run import dry_run_text
 from sweeps.spec.sweep_spec import load_spec
 
 

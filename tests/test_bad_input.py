@@ -462,7 +462,7 @@ def test_servers_the_project_starts_listen_on_loopback():
     assert "include_dashboard=False" in (ROOT / "sweeps" / "runtime" / "driver.py").read_text()
     hint = [
         line
-        for line in (ROOT / "sweeps" / "runtime" / "driver.py").read_text().splitlines()
+        for line in (ROOT / "sweeps" / "runtime" / "report.py").read_text().splitlines()
         if "mlflow ui" in line
     ]
     assert hint and all("--host" not in line for line in hint)  # mlflow ui: 127.0.0.1 by default

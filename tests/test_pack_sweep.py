@@ -22,7 +22,7 @@ from sweep_procs import (
 )
 
 from sweeps.analysis.collect import render_tables
-from sweeps.runtime import driver
+from sweeps.runtime import dry_run
 from sweeps.spec.packing import build_packs, trial_points
 from sweeps.spec.sweep_spec import load_spec
 
@@ -71,7 +71,7 @@ def test_packs_group_same_shape_trials_in_tune_order():
     assert {m.point["model.d_model"] for m in packs[0]} == {16}
     spec = load_spec(SMOKE, [*SETS, "sweep.pack=4"])
     assert [[m.index for m in pack] for pack in build_packs(spec)] == [[0, 1, 2, 3], [4, 5]]
-    text = driver.dry_run_text(spec)
+    text = dry_run.dry_run_text(spec)
     assert "2 packs (sweep.pack=4) train these 6 trials:" in text
     assert "  pack 1: 2 trial(s) 00004,00005" in text
 
@@ -89,7 +89,7 @@ def test_auto_packs_as_many_as_fit_and_keeps_concurrent_slots_busy(monkeypatch):
     monkeypatch.undo()
     spec = load_spec(SMOKE, [*SETS, "sweep.pack=auto", "sweep.max_concurrent=4"])
     assert [len(pack) for pack in build_packs(spec)] == [2, 2, 2]  # 6 trials over 4 slots
-    assert "(sweep.pack=auto)" in driver.dry_run_text(spec)
+    assert "(sweep.pack=auto)" in dry_run.dry_run_text(spec)
 
 
 def test_the_progress_line_counts_trials_not_packs():

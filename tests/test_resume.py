@@ -255,7 +255,7 @@ def test_resume_through_ray_client_is_one_line_before_connecting(tmp_path):
 
 
 def test_a_sweep_with_trials_missing_says_so():
-    from sweeps.runtime.driver import _missing_line
+    from sweeps.runtime.report import _missing_line
 
     spec = load_spec(SMOKE, [])
     ran = pd.DataFrame({"status": ["TERMINATED", "EARLY_STOPPED", "ERROR", "TERMINATED"]})

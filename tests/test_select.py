@@ -148,13 +148,13 @@ def _ranked(val, loss, ids=None) -> pd.DataFrame:
     ],
 )
 def test_best_trial_breaks_ties_on_val_loss_then_trial_order(val, loss, ids, expected):
-    from sweeps.runtime.driver import best_trial
+    from sweeps.runtime.report import best_trial
 
     assert best_trial(_ranked(val, loss, ids), VAL, "max")["trial_id"] == expected
 
 
 def test_best_trial_on_a_loss_takes_the_lowest_and_ties_go_to_the_first_trial():
-    from sweeps.runtime.driver import best_trial
+    from sweeps.runtime.report import best_trial
 
     trials = _ranked([0.5, 0.9, 0.9], [0.2, 0.1, 0.1], ["t_00002", "t_00001", "t_00000"])
     assert best_trial(trials, "val/loss", "min")["trial_id"] == "t_00000"
@@ -162,7 +162,7 @@ def test_best_trial_on_a_loss_takes_the_lowest_and_ties_go_to_the_first_trial():
 
 
 def test_best_trial_line_says_it_was_chosen_on_validation(tmp_path):
-    from sweeps.runtime.driver import _best_lines, best_trial
+    from sweeps.runtime.report import _best_lines, best_trial
     from sweeps.spec.sweep_spec import parse_spec
 
     raw = {"sweep": {"name": "s"}, "space": {"model.d_model": [16, 32]}}

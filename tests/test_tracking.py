@@ -338,7 +338,8 @@ def test_parent_run_carries_the_choice_on_validation_and_its_held_out_figures(tm
     with the held-out column shown."""
     import pandas as pd
 
-    from sweeps.runtime.driver import _log_key_figures, best_trial
+    from sweeps.runtime.outputs import _log_key_figures
+    from sweeps.runtime.report import best_trial
     from sweeps.spec.sweep_spec import load_spec
     from sweeps.tracking import ui
 

@@ -10,16 +10,18 @@ one line naming its dotted path and the bad value, e.g.
     space: {model.d_model: [64, 128], model.n_layer: [2, 4]}
     derived: {optim.lr: "1e-3 * sqrt(train.batch_size / 32)"}
     table: {rows: [model.d_model], columns: [model.n_layer], values: [test/exact_match]}
+
+Here: reading the file and its ``--set`` overrides, then the checks across blocks (the space
+against the run config, the metrics every table and the search need). The ``sweep:`` block's
+dataclasses and the checks of its own values: ``sweeps.spec.settings``.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import UnionType
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
@@ -27,13 +29,13 @@ from arith import dataconf
 from arith.config import load_yaml, with_floats
 from arith.errors import ConfigError, require
 from arith.trainer import SUMMARY_KEYS
+from sweeps.spec.settings import SweepSettings, check_settings
 from sweeps.spec.space import Derived, Dimension, parse_derived, parse_dimension
 
 BLOCKS = ("sweep", "base", "space", "derived", "table")
 # Metrics train() reports only once, at the end: a scheduler or a model-based searcher that
 # decides on intermediate results cannot use them.
 FINAL_ONLY_PREFIXES = ("test/", "ood/", "longer/", "longer_val/", "edge/", "best/")
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 class SpecError(ConfigError):
@@ -46,49 +48,6 @@ class SpecError(ConfigError):
 def printable(text: str) -> str:
     """One line whatever a spec holds: control characters (newlines, \\x1e) escaped."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-@dataclass(frozen=True)
-class SchedulerSpec:
-    """Early stopping of trials (``fifo``: none; ``asha``: Li et al. 2020), in units of reports."""
-
-    name: Literal["fifo", "asha"] = "fifo"
-    grace_period: int = 1
-    reduction_factor: float = 3.0
-    max_t: int = 100
-
-
-@dataclass(frozen=True)
-class ResourcesSpec:
-    """What one trial holds; ``gpu`` may be a fraction so small trials share a device."""
-
-    cpu: float = 1.0
-    gpu: float = 0.0
-
-
-@dataclass(frozen=True)
-class SweepSettings:
-    """The ``sweep:`` block: what is searched, how, and how much runs at once."""
-
-    name: str
-    metric: str = "val/exact_match"
-    mode: Literal["max", "min"] = "max"
-    search: Literal["grid", "random", "optuna"] = "grid"
-    seed: int = 0
-    num_samples: int = 1
-    seeds: tuple[int, ...] | None = None
-    scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
-    max_concurrent: int | None = None
-    resources: ResourcesSpec = field(default_factory=ResourcesSpec)
-    max_failures: int = 1
-    time_budget_s: float | None = None
-    # Seconds between the checkpoints a trial hands Tune (its last report always carries one).
-    # Each costs a copy into storage; 0 checkpoints at every evaluation.
-    checkpoint_every_s: float = 10.0
-    # Trials that share every shape-determining key train up to this many at once, as one
-    # stacked model in one Tune trial (sweeps.spec.packing); each is still its own trial in MLflow.
-    # "auto": as many as fit the trial's memory (sweeps.spec.packing.auto_pack_size).
-    pack: int | Literal["auto"] = 1
 
 
 @dataclass(frozen=True)
@@ -182,7 +141,7 @@ def _parse(raw: dict[str, Any]) -> SweepSpec:
     require(not unknown, str(unknown[0]) if unknown else "", f"unknown block; allowed: {BLOCKS}")
     require("sweep" in raw, "sweep", "missing; a spec needs at least sweep.name")
     sweep = dataconf.from_dict(SweepSettings, raw["sweep"], "sweep")
-    _check_settings(sweep)
+    check_settings(sweep)
     base = {} if raw.get("base") is None else raw["base"]  # `base: 0` is a mistake, not {}
     require(isinstance(base, dict), "base", f"expected a mapping, but got {base!r}")
     paths = dataconf.field_paths(RunConfig)
@@ -206,81 +165,6 @@ def _mapping(raw: dict[str, Any], block: str) -> dict[str, Any]:
     value = {} if raw.get(block) is None else raw[block]
     require(isinstance(value, dict), block, f"expected a mapping, but got {value!r}")
     return value
-
-
-def _check_settings(s: SweepSettings) -> None:
-    require(
-        bool(_NAME.match(s.name)), "sweep.name", f"expected [A-Za-z0-9_.-]+, but got {s.name!r}"
-    )
-    _check_selection_metric(s)
-    require(s.num_samples >= 1, "sweep.num_samples", f"must be >= 1, but got {s.num_samples}")
-    require(s.max_failures >= 0, "sweep.max_failures", f"must be >= 0, but got {s.max_failures}")
-    require(
-        0 <= s.checkpoint_every_s < math.inf,
-        "sweep.checkpoint_every_s",
-        f"must be >= 0, but got {s.checkpoint_every_s}",
-    )
-    require(
-        s.max_concurrent is None or s.max_concurrent >= 1,
-        "sweep.max_concurrent",
-        f"must be >= 1 or null, but got {s.max_concurrent}",
-    )
-    for key in ("cpu", "gpu"):  # finite: Ray cannot schedule an infinite share
-        value = getattr(s.resources, key)
-        require(0 <= value < math.inf, f"sweep.resources.{key}", f"must be >= 0, got {value}")
-    require(
-        s.time_budget_s is None or 0 < s.time_budget_s < math.inf,
-        "sweep.time_budget_s",
-        f"must be > 0 or null, but got {s.time_budget_s}",
-    )
-    if s.seeds is not None:
-        require(len(s.seeds) > 0, "sweep.seeds", "expected a non-empty list, but got []")
-        require(
-            s.search != "optuna" or len(s.seeds) == 1,
-            "sweep.seeds",
-            f"repeats over seeds need search grid or random, not optuna ({list(s.seeds)})",
-        )
-    require(s.pack == "auto" or s.pack >= 1, "sweep.pack", f"must be >= 1 or auto, got {s.pack}")
-    if s.pack != 1:  # members of a pack are drawn up front and decided on together
-        require(
-            s.search != "optuna",
-            "sweep.pack",
-            f"{s.pack} needs search grid or random, but got search optuna (use sweep.pack: 1)",
-        )
-        require(
-            s.scheduler.name == "fifo",
-            "sweep.pack",
-            f"{s.pack} needs scheduler fifo, but got {s.scheduler.name} (use sweep.pack: 1)",
-        )
-    sch = s.scheduler
-    if sch.name == "asha":
-        require(sch.grace_period >= 1, "sweep.scheduler.grace_period", f"must be >= 1, got {sch}")
-        require(
-            sch.max_t >= sch.grace_period,
-            "sweep.scheduler.max_t",
-            f"must be >= grace_period, got {sch.max_t}",
-        )
-        require(
-            sch.reduction_factor > 1,
-            "sweep.scheduler.reduction_factor",
-            f"must be > 1, got {sch.reduction_factor}",
-        )
-
-
-def _check_selection_metric(s: SweepSettings) -> None:
-    """``sweep.metric`` chooses the best trial (and drives Optuna and ASHA): a validation or
-    training metric, in the direction its name says is better."""
-    from sweeps.spec.metrics import held_out_message, is_held_out, metric_direction
-
-    if is_held_out(s.metric):  # the message reads the name after the set
-        raise ConfigError("sweep.metric", held_out_message(s.metric))
-    better = metric_direction(s.metric)
-    lower = "lower" if better == "min" else "higher"
-    require(
-        better is None or s.mode == better,
-        "sweep.mode",
-        f"{s.mode!r} would pick the worst {s.metric}, which is better when {lower}; use {better}",
-    )
 
 
 def _check_sampled_types(space: dict[str, Dimension]) -> None:

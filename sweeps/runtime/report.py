@@ -1,0 +1,165 @@
+"""What a sweep prints when it ends, and the one choice of its best trial: the scaling table
+and where the outputs, the MLflow runs and the UI are; the best trial with the command that asks
+its model a question; and warnings for trials that never finished. ``best_trial`` is shared with
+the figures on the parent run (``sweeps.runtime.outputs``), so both always name the same trial."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from sweeps.spec.sweep_spec import SweepSpec
+
+
+def print_summary(
+    spec: SweepSpec,
+    tracker,
+    out_dir: Path,
+    *,
+    trials,
+    axes: list[str],
+    best: dict[str, Any] | None,
+    ui: str | None,
+    seconds: float,
+    errors: int,
+) -> None:
+    """The end of a sweep on the terminal: the table and where everything is, the UI view, the
+    best trial, the convergence line, a warning for trials lost, and what checkpoints redid."""
+    from sweeps.analysis.convergence import improving_line
+
+    tracking_uri = tracker.tracking_uri
+    print(_report(spec, out_dir, tracking_uri, tracker.parent_run_id, seconds, errors))
+    if ui:  # a SQLite store: the address once `mlflow ui` (above) runs on its default port
+        print(f"open the sweep: {ui}")
+    if best is not None:
+        print(_best_lines(spec, best, axes, tracking_uri, out_dir))
+    improving = improving_line(trials)
+    if improving:
+        print(improving)
+    missing = _missing_line(spec, trials)
+    if missing:
+        print(missing, file=sys.stderr)
+    if tracker.redone["trials"]:
+        print(_redone_line(tracker.redone))
+
+
+def _report(spec, out_dir: Path, uri: str, parent_id: str, seconds: float, errors: int) -> str:
+    table = (out_dir / "table.md").read_text() if (out_dir / "table.md").exists() else ""
+    lines = [
+        table.rstrip(),
+        "",
+        f"sweep {spec.name}: done in {seconds:.0f} s"
+        + (f", {errors} trial(s) errored" if errors else ""),
+        f"outputs:        {out_dir}",
+        f"mlflow:         {uri}  (experiment {spec.name!r}, parent run {parent_id})",
+        f"mlflow ui:      mlflow ui --backend-store-uri {uri}",
+        f"table again:    python -m sweeps.table {out_dir} --tracking-uri {uri}",
+    ]
+    return "\n".join(lines)
+
+
+def _missing_line(spec: SweepSpec, trials) -> str | None:
+    """A warning when fewer trials finished than the space holds (a time budget aside): a sweep
+    must never look complete with a trial lost (sweeps.snapshot says how one could be)."""
+    from sweeps.spec import space
+
+    expected = space.n_trials(spec)
+    finished = int((trials["status"] != "RUNNING").sum()) if "status" in trials else 0
+    if spec.sweep.time_budget_s is not None or finished >= expected:
+        return None
+    return (
+        f"warning: {finished} of {expected} trials finished; the others never ran to their end "
+        "(their MLflow runs, if any, stay RUNNING)"
+    )
+
+
+# Breaks a tie on the sweep metric (several trials reach 1.000 on validation at small sizes):
+# the lower validation loss, then the earlier trial.
+TIE_BREAK = "val/loss"
+
+
+def best_trial(trials, metric: str, mode: str) -> dict[str, Any] | None:
+    """The trials row (a dict) the sweep chooses: the best ``metric`` (a validation or training
+    metric, sweeps.spec), ties going to the lower ``val/loss`` where reported, then to the
+    first trial by id; None when no trial has the metric. The one place a best trial is
+    picked: the printed summary, the parent run and its tags all show this one."""
+    import pandas as pd
+
+    if metric not in trials.columns or trials.empty:
+        return None
+    keys = {"_score": pd.to_numeric(trials[metric], errors="coerce")}
+    if mode == "max":
+        keys["_score"] = -keys["_score"]
+    if TIE_BREAK in trials.columns and metric != TIE_BREAK:
+        keys["_tie"] = pd.to_numeric(trials[TIE_BREAK], errors="coerce")
+    if "trial_id" in trials.columns:
+        keys["_order"] = trials["trial_id"].astype(str)
+    ranked = trials.assign(**keys).dropna(subset=["_score"])
+    if ranked.empty:
+        return None
+    ranked = ranked.sort_values(list(keys), kind="stable", na_position="last")
+    return ranked.iloc[0].drop(list(keys)).to_dict()
+
+
+def held_out_figures(best: dict[str, Any]) -> dict[str, float]:
+    """The held-out sets' metrics of the chosen trial (``test/exact_match``, ``ood/...``):
+    reported at the choice made on validation, never chosen on."""
+    from sweeps.spec.metrics import is_held_out
+
+    return {
+        key: float(value)
+        for key, value in best.items()
+        # value == value: not NaN, which a trial that did not report the metric has
+        if isinstance(key, str) and is_held_out(key) and _is_number(value) and value == value
+    }
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _chosen_text(metric: str, best: dict[str, Any]) -> str:
+    """``chosen on val/exact_match 1; test/exact_match 0.998, ood/exact_match 0.4``."""
+    headline = {k: v for k, v in held_out_figures(best).items() if k.endswith("/exact_match")}
+    text = f"chosen on {metric} {float(best[metric]):.4g}"
+    if headline:
+        text += "; " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(headline.items()))
+    return text
+
+
+def _best_lines(
+    spec: SweepSpec, best: dict[str, Any], axes: list[str], uri: str, out_dir: Path
+) -> str:
+    """The best trial and the exact command that asks its model a question."""
+    import shlex
+
+    import yaml
+
+    from arith.config import from_dict
+    from arith.formats import build_format
+
+    swept = " ".join(f"{k}={best[k]}" for k in axes if k in best)
+    metric = spec.sweep.metric
+    example = "12 + 34 ="
+    saved = out_dir / "models" / str(best["trial_id"]) / "config.yaml"
+    if saved.is_file():  # the trial's own config: task and format may be swept
+        config = from_dict(yaml.safe_load(saved.read_text(encoding="utf-8")))
+        example = build_format(config.format, config.task).example_prompt()
+    command = ["python", "-m", "arith.predict", f"runs:/{best['run_id']}"]
+    command += ["--tracking-uri", uri, example]
+    return "\n".join(
+        [
+            f"best trial:     {spec.name}-{best['trial_id']} ({_chosen_text(metric, best)}"
+            + (f"; {swept}" if swept else "")
+            + f"), run {best['run_id']}",
+            f"ask its model:  {shlex.join(command)}",
+        ]
+    )
+
+
+def _redone_line(redone: dict[str, float]) -> str:
+    return (
+        f"restored from checkpoints: {redone['trials']} trial(s), redid {redone['steps']} steps "
+        f"(~{redone['seconds']:.1f} s of training) logged before the driver or worker died"
+    )

@@ -1,0 +1,117 @@
+"""The Tuner of a sweep and the MLflow tracker its callbacks feed: the trainable (one trial per
+point, or one per pack of trials trained as one stacked model), its resources and Tune's
+settings, or for ``--resume`` Tune's saved state restored from the output folder."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from sweeps.runtime import tuning
+from sweeps.spec.sweep_spec import SweepSpec
+
+# MLflow writes waiting for an unreachable tracking server (sweeps.tracking.outbox), beside the
+# outputs.
+JOURNAL_FILE = "mlflow_outbox.jsonl"
+
+
+def build_tuner(
+    spec: SweepSpec,
+    out_dir: Path,
+    tracking_uri: str,
+    *,
+    resume: bool = False,
+    storage: str | None = None,
+    reuse_actors: bool = tuning.REUSE_ACTORS,
+    slots: bool = False,
+):
+    """The Tuner of a sweep and its MLflow callback (whose parent run the caller starts or,
+    with ``resume``, attaches to). A resumed Tuner restores Tune's state from the output
+    folder; MLflow, not Tune's copy, says what is logged. ``slots``: cap concurrency with
+    TRIAL_SLOT resources (``sweeps.runtime.tuning.uses_slots``)."""
+    from ray import tune
+    from ray.tune.logger import JsonLoggerCallback
+
+    from sweeps.runtime.callbacks import bind as bind_callbacks
+    from sweeps.runtime.progress import ProgressLine
+    from sweeps.spec import packing, space
+
+    s = spec.sweep
+    # Packed: Tune runs one trial per pack, over a grid of pack numbers (sweeps.spec.packing).
+    packs = packing.build_packs(spec) if s.pack != 1 else None
+    trainable, param_space, num_samples = _trainable(spec, packs)
+    tracker = _tracker(spec, out_dir, tracking_uri, packs)
+    pack_sizes = None if packs is None else [len(pack) for pack in packs]
+    progress = ProgressLine(
+        spec.name, space.n_trials(spec), s.metric, s.mode, pack_sizes=pack_sizes
+    )
+    trainable = tune.with_resources(trainable, tuning.trial_resources(spec, slots))
+    callbacks = [bind_callbacks(spec.name, [tracker, progress]), JsonLoggerCallback()]
+    if resume:
+        # Tune restores its own settings, and the callbacks it pickled, which ProcessCallbacks
+        # binds to this process's tracker (sweeps.runtime.callbacks).
+        tuner = tune.Tuner.restore(
+            f"{storage or out_dir / 'ray'}/{spec.name}",
+            trainable=trainable,
+            resume_unfinished=True,
+            resume_errored=True,
+            param_space=param_space,
+        )
+        return tuner, tracker
+    tuner = tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tuning.tune_config(spec, num_samples, reuse_actors=reuse_actors),
+        run_config=tuning.run_config(spec, storage or str(out_dir / "ray"), callbacks),
+    )
+    return tuner, tracker
+
+
+def _trainable(spec: SweepSpec, packs: list | None) -> tuple:
+    """(trainable, param_space, num_samples): one trial per point of the space, or with
+    ``packs`` one trial per pack over a grid of pack numbers (its members are drawn already)."""
+    from ray import tune
+
+    from sweeps.runtime.trainable import train_pack_trial, train_trial
+    from sweeps.spec import packing, space
+
+    s = spec.sweep
+    if packs is None:
+        trainable = tune.with_parameters(
+            train_trial,
+            base=spec.base,
+            derived=spec.derived,
+            checkpoint_every_s=s.checkpoint_every_s,
+        )
+        return trainable, space.param_space(spec), s.num_samples
+    trainable = tune.with_parameters(
+        train_pack_trial,
+        base=spec.base,
+        derived=spec.derived,
+        packs=packs,
+        checkpoint_every_s=s.checkpoint_every_s,
+    )
+    return trainable, packing.pack_param_space(packs), 1
+
+
+def _tracker(spec: SweepSpec, out_dir: Path, tracking_uri: str, packs: list | None):
+    """The MLflow tracker of the sweep, journaling writes beside the outputs."""
+    from arith.cost import describe
+    from sweeps.spec import space
+    from sweeps.tracking.tracker import MLflowTracker
+
+    resolve = functools.partial(space.resolve_run_config, spec.base, derived=spec.derived)
+    # How long the end of a sweep waits for an MLflow server that went away.
+    wait_s = float(os.environ.get("SWEEPS_MLFLOW_WAIT_S", "60"))
+    return MLflowTracker(
+        tracking_uri,
+        spec.name,
+        resolve,
+        describe,
+        drain_timeout_s=wait_s,
+        metric=spec.sweep.metric,
+        journal=out_dir / JOURNAL_FILE,
+        model_dir=out_dir / "models",
+        packs=packs,
+    )
