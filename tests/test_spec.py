@@ -326,3 +326,22 @@ def test_table_block_errors_name_the_field(change, expected):
 def test_a_metric_without_a_set_is_refused_on_one_line_not_a_crash(metric):
     with pytest.raises(SpecError, match=r"^sweep\.metric: "):
         parse_spec(with_change("sweep.metric", metric))
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (["grace_period=0"], "sweep.scheduler.grace_period: must be >= 1, got 0"),
+        (
+            ["grace_period=3", "max_t=2"],
+            "sweep.scheduler.max_t: must be >= grace_period (3), got 2",
+        ),
+        (["reduction_factor=1"], "sweep.scheduler.reduction_factor: must be > 1, got 1"),
+    ],
+)
+def test_asha_settings_name_the_bad_value(sets, expected):
+    """One line naming the field and its bad value, not the whole scheduler block."""
+    sets = ["sweep.scheduler.name=asha", *(f"sweep.scheduler.{s}" for s in sets)]
+    with pytest.raises(SpecError) as err:
+        load_spec(ROOT / "search_spaces" / "smoke.yaml", sets)
+    assert str(err.value).startswith(expected), str(err.value)

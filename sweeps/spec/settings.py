@@ -118,11 +118,15 @@ def _check_pack(s: SweepSettings) -> None:
 
 def _check_scheduler(sch: SchedulerSpec) -> None:
     if sch.name == "asha":
-        require(sch.grace_period >= 1, "sweep.scheduler.grace_period", f"must be >= 1, got {sch}")
+        require(
+            sch.grace_period >= 1,
+            "sweep.scheduler.grace_period",
+            f"must be >= 1, got {sch.grace_period}",
+        )
         require(
             sch.max_t >= sch.grace_period,
             "sweep.scheduler.max_t",
-            f"must be >= grace_period, got {sch.max_t}",
+            f"must be >= grace_period ({sch.grace_period}), got {sch.max_t}",
         )
         require(
             sch.reduction_factor > 1,
