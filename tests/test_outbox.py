@@ -172,7 +172,7 @@ def test_a_refused_write_is_reported_once_kept_and_does_not_block(tmp_path, caps
     assert str(journal) in warnings[0]
     assert [r["what"] for r in read_journal(journal)] == ["params of t_0 again"]
     client = MlflowClient(uri)
-    run_id = tracker.trials["t_0"]["run_id"]
+    run_id = tracker.trials["t_0"].run_id
     history = client.get_metric_history(run_id, "val/exact_match")
     assert [(m.step, m.value) for m in history] == [(0, 0.0), (10, 0.5)]
     assert client.get_run(run_id).data.params["model.d_model"] == "32"

@@ -34,6 +34,7 @@ from arith.trainer import SUMMARY_KEYS
 from sweeps.analysis.convergence import CONVERGENCE_TAG
 from sweeps.spec.packing import PACK_KEY, Member, member_trial_id
 from sweeps.tracking.outbox import Outbox, Record, one_line, read_journal
+from sweeps.tracking.state import REAL, STAND_IN, SUMMARY_TAG, TrialState, is_real_summary
 
 # Reported keys without a namespace that are still training metrics (the rest are Tune's own).
 PLAIN_METRICS = ("epoch", "lr")
@@ -43,11 +44,6 @@ _STATUS = {
     "target_reached": "TERMINATED",
 }
 _BATCH = 100  # MLflow's limit of params per log_batch call
-# Which summary a child run holds: train()'s own, or a stand-in (sizes from the config, the
-# steps trained) for a trial that ended without one. An errored trial may yet be restarted by
-# a resume; its real summary must then replace the stand-in, never be taken for logged.
-SUMMARY_TAG = "sweep.summary"
-REAL, STAND_IN = "train", "stand-in"
 ML_KIND = "custom_model_development"
 
 
@@ -111,8 +107,7 @@ class MLflowTracker(Callback):
         # trial of its own here, with the id and child run it would have had unpacked.
         self.packs = packs
         self.parent_run_id: str | None = None
-        # trial_id -> {run_id, steps: {key: last step logged}, summary, status, params}
-        self.trials: dict[str, dict[str, Any]] = {}
+        self.trials: dict[str, TrialState] = {}
         # Work a restored trial did again: steps and training seconds since its checkpoint.
         self.redone = {"trials": 0, "steps": 0, "seconds": 0.0}
         self.journal = journal
@@ -183,19 +178,18 @@ class MLflowTracker(Callback):
             trial_id = run.data.tags.get("sweep.trial_id")
             if trial_id is None:
                 continue
-            self.trials[trial_id] = {
-                "run_id": run.info.run_id,
+            self.trials[trial_id] = TrialState(
+                run_id=run.info.run_id,
                 # MLflow keeps each key's latest value, i.e. the one at its highest step;
                 # RunData's public form with steps is its protobuf message.
-                "steps": {m.key: m.step for m in run.data.to_proto().metrics},
-                "elapsed": run.data.metrics.get("time/elapsed_s"),
-                "summary": _is_real_summary(run.data.tags),
-                "stopped_reason": run.data.tags.get("sweep.stopped_reason"),
-                "status": run.data.tags.get("sweep.status"),
-                # Params go after the config artifact: with params, the setup was complete.
-                "params": bool(run.data.params),
-                "created": True,
-            }
+                steps={m.key: m.step for m in run.data.to_proto().metrics},
+                elapsed=run.data.metrics.get("time/elapsed_s"),
+                summary=is_real_summary(run.data.tags),
+                stopped_reason=run.data.tags.get("sweep.stopped_reason"),
+                status=run.data.tags.get("sweep.status"),
+                params=bool(run.data.params),
+                created=True,
+            )
         self.client.set_terminated(parent_run_id, status="RUNNING")
 
     def finish_parent(self, status: str = "FINISHED") -> bool:
@@ -268,10 +262,10 @@ class MLflowTracker(Callback):
         state = self.trials.get(trial_id)
         setup = {"op": "setup", "trial": trial_id, "config": config}
         if state is None:
-            state = self.trials[trial_id] = _new_state()
+            state = self.trials[trial_id] = TrialState()
             self._send({"op": "child", "trial": trial_id, "what": f"child run of {trial_id}"})
             self._send({**setup, "what": f"params of {trial_id}"})
-        elif not state["params"]:  # created, but its driver died before the params went out
+        elif not state.params:  # created, but its driver died before the params went out
             self._send({**setup, "what": f"params of {trial_id}"})
         else:  # a retry or a restored sweep: the same run carries on
             self._count_redo(state, trial)
@@ -292,15 +286,12 @@ class MLflowTracker(Callback):
         if "stopped_reason" in result:  # the trainable's last report: train()'s summary
             self._log_summary(state, result, trial_id)
             return
-        step = int(result.get("step", max(state["steps"].values(), default=-1) + 1))
-        metrics = {
-            k: v for k, v in training_metrics(result).items() if state["steps"].get(k, -1) < step
-        }
+        step = int(result.get("step", state.last_step(-1) + 1))
+        metrics = state.not_logged(training_metrics(result), step)
         if not metrics:
             return
-        state["steps"].update(dict.fromkeys(metrics, step))
         if "time/elapsed_s" in metrics:
-            state["elapsed"] = metrics["time/elapsed_s"]
+            state.elapsed = metrics["time/elapsed_s"]
         self._send(
             {
                 "op": "metrics",
@@ -316,8 +307,8 @@ class MLflowTracker(Callback):
             state = self.trials.get(trial_id)
             if state is None:
                 continue
-            if state["summary"]:
-                status = _STATUS.get(state.get("stopped_reason") or "", "TERMINATED")
+            if state.summary:
+                status = _STATUS.get(state.stopped_reason or "", "TERMINATED")
             else:  # stopped by the scheduler (ASHA) or the time budget before train() returned
                 spent = self._budget_ends is not None and time.monotonic() >= self._budget_ends
                 status = "TERMINATED" if spent else "EARLY_STOPPED"
@@ -331,7 +322,7 @@ class MLflowTracker(Callback):
             if trial_id not in self.trials:  # failed before it started: MLflow still shows it
                 self._start(trial_id, config, trial)
             state = self.trials[trial_id]
-            if not state["summary"]:
+            if not state.summary:
                 self._log_fallback_summary(state, trial_id, config, trial, "error")
             error = str(getattr(trial, "error_file", None) or "")
             tags = {"sweep.error_file": error}
@@ -354,14 +345,14 @@ class MLflowTracker(Callback):
         elif op == "running":
             self._set_running(state)
         elif op == "metrics":
-            run_id = record.get("run_id") or state["run_id"]
+            run_id = record.get("run_id") or state.run_id
             self._log_metrics(run_id, record["metrics"], record["step"], record.get("tags"))
         elif op == "end":
             self._end_run(state, record["tags"], record["run_status"])
         elif op == "spec":
             self._log_text(record["run_id"], record["text"], "spec.yaml")
         elif op == "model":  # the trial's final model, copied out of Tune's storage
-            self.client.log_artifacts(state["run_id"], record["folder"], "model")
+            self.client.log_artifacts(state.run_id, record["folder"], "model")
         elif op == "outputs":
             from sweeps.analysis.collect import log_outputs_to_parent
 
@@ -395,44 +386,38 @@ class MLflowTracker(Callback):
         if op == "child":
             if state is not None:
                 return None
-            self.trials[trial_id] = _new_state()
+            self.trials[trial_id] = TrialState()
             return record
         if state is None:  # its child run was never journaled: nothing to attach it to
             return None
         if op == "setup":
-            return None if state["params"] else record
+            return None if state.params else record
         if op == "running":
             return None  # Tune sets a trial it restarts running again
         if op == "model":  # uploading it again replaces the same files
             return record if Path(record["folder"]).is_dir() else None
         if op == "metrics" and record.get("summary"):
-            if state["summary"]:
+            if state.summary:
                 return None
             reason = record["tags"]["sweep.stopped_reason"]
-            state.update(summary=_is_real_summary(record["tags"]), stopped_reason=reason)
-            return {**record, "metrics": _not_logged(state, record["metrics"], record["step"])}
+            state.summary, state.stopped_reason = is_real_summary(record["tags"]), reason
+            return {**record, "metrics": state.not_logged(record["metrics"], record["step"])}
         if op == "metrics":
-            step = record["step"]
-            metrics = {
-                k: v for k, v in record["metrics"].items() if state["steps"].get(k, -1) < step
-            }
-            if not metrics:
-                return None
-            state["steps"].update(dict.fromkeys(metrics, step))
-            return {**record, "metrics": metrics}
+            metrics = state.not_logged(record["metrics"], record["step"])
+            return {**record, "metrics": metrics} if metrics else None
         if op == "end":
-            state["status"] = record["tags"].get("sweep.status", state["status"])
+            state.status = record["tags"].get("sweep.status", state.status)
         return record
 
     # ---- child runs ----
     def _start_child(self, trial_id: str) -> None:
         state = self.trials[trial_id]
-        if state["created"]:  # a retry: the store may have made the run before the error
+        if state.created:  # a retry: the store may have made the run before the error
             found = self._find_child(trial_id)
             if found is not None:
-                state["run_id"] = found
+                state.run_id = found
                 return
-        state["created"] = True
+        state.created = True
         run = self.client.create_run(
             self._experiment_id(),
             run_name=f"{self.experiment_name}-{trial_id}",
@@ -444,7 +429,7 @@ class MLflowTracker(Callback):
                 "sweep.status": "RUNNING",
             },
         )
-        state["run_id"] = run.info.run_id
+        state.run_id = run.info.run_id
 
     def _find_child(self, trial_id: str) -> str | None:
         runs = self.client.search_runs(
@@ -462,7 +447,7 @@ class MLflowTracker(Callback):
         state = self.trials[trial_id]
         config = self.resolve(trial_config)
         self._log_text(
-            state["run_id"], yaml.safe_dump(config.to_dict(), sort_keys=False), "config.yaml"
+            state.run_id, yaml.safe_dump(config.to_dict(), sort_keys=False), "config.yaml"
         )
         flat = config.flat()
         # The trial's swept values first (MLflow keeps the order of a batch), then the rest.
@@ -470,20 +455,20 @@ class MLflowTracker(Callback):
         flat = {**{k: flat[k] for k in swept}, **flat}
         params = [Param(k, str(list(v) if isinstance(v, tuple) else v)) for k, v in flat.items()]
         for i in range(0, len(params), _BATCH):
-            self.client.log_batch(state["run_id"], params=params[i : i + _BATCH])
-        state["params"] = True
+            self.client.log_batch(state.run_id, params=params[i : i + _BATCH])
+        state.params = True
 
-    def _set_running(self, state: dict[str, Any]) -> None:
-        self.client.set_tag(state["run_id"], "sweep.status", "RUNNING")
-        state["status"] = "RUNNING"
+    def _set_running(self, state: TrialState) -> None:
+        self.client.set_tag(state.run_id, "sweep.status", "RUNNING")
+        state.status = "RUNNING"
         # A trial restored after its summary had set its final status: that tag is RUNNING now,
         # so its end must write the status again (found by tests/test_chaos.py)
-        state.pop("status_logged", None)
+        state.status_logged = None
 
-    def _count_redo(self, state: dict[str, Any], trial) -> None:
+    def _count_redo(self, state: TrialState, trial) -> None:
         """Steps (and training seconds) a restored trial will train again: from its checkpoint
         to the last step MLflow holds."""
-        logged = max(state["steps"].values(), default=-1)
+        logged = state.last_step(-1)
         if logged < 0:
             return
         restored = getattr(trial, "latest_checkpoint_result", None)
@@ -491,8 +476,8 @@ class MLflowTracker(Callback):
         from_step = int(metrics.get("step", 0))
         self.redone["trials"] += 1
         self.redone["steps"] += max(0, logged - from_step)
-        if state.get("elapsed") is not None:
-            seconds = state["elapsed"] - float(metrics.get("time/elapsed_s", 0.0))
+        if state.elapsed is not None:
+            seconds = state.elapsed - float(metrics.get("time/elapsed_s", 0.0))
             self.redone["seconds"] += max(0.0, seconds)
 
     def _log_metrics(
@@ -509,8 +494,8 @@ class MLflowTracker(Callback):
                 run_id, metrics=rows[i : i + _BATCH], tags=run_tags if i == 0 else []
             )
 
-    def _log_summary(self, state: dict[str, Any], result: dict[str, Any], trial_id: str) -> None:
-        if state["summary"]:
+    def _log_summary(self, state: TrialState, result: dict[str, Any], trial_id: str) -> None:
+        if state.summary:
             return
         summary = {
             k: float(result[k])
@@ -519,18 +504,18 @@ class MLflowTracker(Callback):
             and isinstance(result[k], int | float)
             and not isinstance(result[k], bool)
         }
-        step = int(result.get("steps", max(state["steps"].values(), default=0)))
+        step = int(result.get("steps", state.last_step(0)))
         reason = str(result["stopped_reason"])
         # The summary is a trial's last report: its final status goes in the same write.
         status = _STATUS.get(reason, "TERMINATED")
-        state.update(summary=True, stopped_reason=reason, status_logged=status)
+        state.summary, state.stopped_reason, state.status_logged = True, reason, status
         tags = {"sweep.stopped_reason": reason, "sweep.status": status, SUMMARY_TAG: REAL}
         if "final_weights" in result:  # which weights the test sets measured: best or last
             tags["sweep.final_weights"] = str(result["final_weights"])
-        self._send(_summary_record(trial_id, _not_logged(state, summary, step), step, tags))
+        self._send(_summary_record(trial_id, state.not_logged(summary, step), step, tags))
 
     def _log_fallback_summary(
-        self, state: dict[str, Any], trial_id: str, config: dict[str, Any], trial, reason: str
+        self, state: TrialState, trial_id: str, config: dict[str, Any], trial, reason: str
     ) -> None:
         """Sizes from the config (no model built) for trials that never returned a summary: a
         stand-in (``SUMMARY_TAG``), which a summary from train() replaces."""
@@ -539,7 +524,7 @@ class MLflowTracker(Callback):
             sizes = self.describe(self.resolve(config))
             summary = {k: float(sizes[k]) for k in SUMMARY_KEYS if k in sizes}
         last = trial.last_result or {}
-        step = max(state["steps"].values(), default=0)
+        step = state.last_step(0)
         # describe() plans the whole run; what was spent is the steps actually trained.
         for key in ("steps", "tokens", "flops"):
             summary.pop(key, None)
@@ -551,40 +536,40 @@ class MLflowTracker(Callback):
         if isinstance(last.get("time_total_s"), int | float):
             summary["wall_time_s"] = float(last["time_total_s"])
         summary = {k: v for k, v in summary.items() if math.isfinite(v)}
-        state["stopped_reason"] = reason
+        state.stopped_reason = reason
         tags = {"sweep.stopped_reason": reason, SUMMARY_TAG: STAND_IN}
-        summary = _not_logged(state, summary, step)
+        summary = state.not_logged(summary, step)
         self._send(_summary_record(trial_id, summary, step, tags))
 
     def _end_child(
         self,
-        state: dict[str, Any],
+        state: TrialState,
         status: str,
         run_status: str,
         trial_id: str,
         tags: dict[str, str] | None = None,
     ) -> None:
-        state["status"] = status
-        if not tags and state.get("status_logged") == status:
+        state.status = status
+        if not tags and state.status_logged == status:
             tags = {}  # the summary's write set it already
         else:
             tags = {**(tags or {}), "sweep.status": status}
         record = {"op": "end", "trial": trial_id, "tags": tags, "run_status": run_status}
         self._send({**record, "what": f"end of {trial_id}"})
 
-    def _end_run(self, state: dict[str, Any], tags: dict[str, str], run_status: str) -> None:
+    def _end_run(self, state: TrialState, tags: dict[str, str], run_status: str) -> None:
         from mlflow.entities import RunTag
 
         # The metric writes before this one are delivered (the outbox keeps order), so the
         # run's history in MLflow is the whole curve the convergence label is read from.
-        status = tags.get("sweep.status", state.get("status") or "")
-        label = self._convergence(state["run_id"], status, state.get("stopped_reason"))
+        status = tags.get("sweep.status", state.status or "")
+        label = self._convergence(state.run_id, status, state.stopped_reason)
         tags = {**tags, CONVERGENCE_TAG: label}
-        self.client.log_batch(state["run_id"], tags=[RunTag(k, v) for k, v in tags.items()])
-        self.client.set_terminated(state["run_id"], status=run_status)
+        self.client.log_batch(state.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self.client.set_terminated(state.run_id, status=run_status)
 
     def _send_model(
-        self, state: dict[str, Any], trial, trial_id: str, member: int | None = None
+        self, state: TrialState, trial, trial_id: str, member: int | None = None
     ) -> None:
         """The trial's final model (model.pt with its config) as the child run's ``model/``
         artifact: copied out of Tune's storage now, uploaded through the outbox. ``member``:
@@ -644,22 +629,6 @@ class MLflowTracker(Callback):
             self.client.log_artifact(run_id, str(path))
 
 
-def _not_logged(state: dict[str, Any], metrics: dict[str, float], step: int) -> dict[str, float]:
-    """The metrics MLflow does not hold at ``step`` yet (marked as logged now). A summary needs
-    this as much as a result: MLflow's SQL store commits a batch's metrics and its tags in
-    separate transactions, so a driver killed between them leaves a summary's metrics without
-    the tag that marks it logged."""
-    new = {k: v for k, v in metrics.items() if state["steps"].get(k, -1) < step}
-    state["steps"].update(dict.fromkeys(new, step))
-    return new
-
-
-def _is_real_summary(tags: dict[str, str]) -> bool:
-    """Whether a child run's (or a summary write's) tags are those of train()'s summary; runs
-    logged before SUMMARY_TAG existed count a summary with a stopped_reason as real."""
-    return "sweep.stopped_reason" in tags and tags.get(SUMMARY_TAG, REAL) != STAND_IN
-
-
 def _summary_record(trial_id: str, summary: dict, step: int, tags: dict[str, str]) -> Record:
     return {
         "op": "metrics",
@@ -669,17 +638,4 @@ def _summary_record(trial_id: str, summary: dict, step: int, tags: dict[str, str
         "tags": tags,
         "summary": True,
         "what": f"summary of {trial_id}",
-    }
-
-
-def _new_state() -> dict[str, Any]:
-    return {
-        "run_id": None,
-        "steps": {},
-        "elapsed": None,
-        "summary": False,
-        "stopped_reason": None,
-        "status": "RUNNING",
-        "params": False,
-        "created": False,
     }
