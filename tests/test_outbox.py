@@ -128,7 +128,7 @@ def requests_connection_error(tmp: Path, request) -> Exception:
 def apply_bug(tmp: Path, request) -> Exception:
     """A bug in the tracker's own code (a record naming a trial it does not know)."""
     tracker = MLflowTracker(f"sqlite:///{tmp / 'mlflow.db'}", "bug", lambda c: c)
-    return _raised(tracker._apply, {"op": "running", "trial": "unknown"})
+    return _raised(tracker.writer.apply, {"op": "running", "trial": "unknown"})
 
 
 @pytest.mark.parametrize(

@@ -303,7 +303,7 @@ def test_spec_of_a_new_parent_waits_in_the_outbox_when_the_store_fails(tmp_path)
     if store.exists():
         store.rmdir()
     store.write_text("not a folder")  # log_artifact cannot write under a file
-    tracker._experiment = experiment
+    tracker.writer.experiment_id = experiment
     parent = tracker.start_parent("sweep: {name: tracking-test}\n")
     assert tracker.outbox.pending, "the spec should wait, not raise"
     store.unlink()
