@@ -21,7 +21,6 @@ from sweeps.tracking.outbox import Record
 from sweeps.tracking.state import TrialState
 
 ML_KIND = "custom_model_development"
-_BATCH = 100  # MLflow's limit of params per log_batch call
 
 
 def artifact_root(tracking_uri: str) -> str | None:
@@ -171,8 +170,7 @@ class MLflowWriter:
         swept = [k for k in trial_config if k in flat]
         flat = {**{k: flat[k] for k in swept}, **flat}
         params = [Param(k, str(list(v) if isinstance(v, tuple) else v)) for k, v in flat.items()]
-        for i in range(0, len(params), _BATCH):
-            self.client.log_batch(state.run_id, params=params[i : i + _BATCH])
+        self.client.log_batch(state.run_id, params=params)
         state.params = True
 
     def _set_running(self, state: TrialState) -> None:
@@ -185,16 +183,14 @@ class MLflowWriter:
     def _log_metrics(
         self, run_id: str, metrics: dict[str, float], step: int, tags: dict[str, str] | None = None
     ) -> None:
-        """One ``log_batch`` call per 100 metrics (each call is a database transaction)."""
+        """``metrics`` at ``step``, and ``tags``, in one ``log_batch`` call (which splits what
+        exceeds MLflow's limits per request itself)."""
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
         rows = [Metric(k, v, now, step) for k, v in metrics.items()]
         run_tags = [RunTag(k, v) for k, v in (tags or {}).items()]
-        for i in range(0, max(len(rows), 1), _BATCH):
-            self.client.log_batch(
-                run_id, metrics=rows[i : i + _BATCH], tags=run_tags if i == 0 else []
-            )
+        self.client.log_batch(run_id, metrics=rows, tags=run_tags)
 
     def _end_run(self, state: TrialState, tags: dict[str, str], run_status: str) -> None:
         from mlflow.entities import RunTag
@@ -236,8 +232,7 @@ class MLflowWriter:
         metrics = {k: v for k, v in record["metrics"].items() if k not in held.metrics}
         params = [Param(k, v) for k, v in record["params"].items() if k not in held.params]
         self._log_metrics(run_id, metrics, 0, record["tags"])
-        for i in range(0, len(params), _BATCH):
-            self.client.log_batch(run_id, params=params[i : i + _BATCH])
+        self.client.log_batch(run_id, params=params)
 
     def _log_text(self, run_id: str, text: str, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
