@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sweeps.analysis.store import write_atomic
+
 Record = dict[str, Any]
 
 
@@ -151,9 +153,7 @@ class Outbox:
         if not self.refused:
             os.truncate(self.journal, 0)
         elif stale or self._journal_stale:
-            tmp = self.journal.with_suffix(".tmp")
-            tmp.write_text("".join(_line(r) for r in self.refused), encoding="utf-8")
-            os.replace(tmp, self.journal)
+            write_atomic(self.journal, "".join(_line(r) for r in self.refused))
         self._journal_stale = False
 
     def _persist(self) -> None:

@@ -19,7 +19,6 @@ default store and the bookkeeping in one place:
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -42,13 +41,6 @@ _STATUS = {
     "diverged": "DIVERGED",
     "target_reached": "TERMINATED",
 }
-
-
-def default_tracking_uri(cwd: Path | None = None) -> str:
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    return f"sqlite:///{(cwd or Path.cwd()).resolve() / 'mlflow.db'}"
 
 
 def training_metrics(result: dict[str, Any]) -> dict[str, float]:

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from sweeps.analysis.convergence import CONVERGENCE_TAG
+from sweeps.analysis.store import sqlite_file
 from sweeps.tracking.outbox import Record
 from sweeps.tracking.state import TrialState
 
@@ -26,10 +27,8 @@ ML_KIND = "custom_model_development"
 def artifact_root(tracking_uri: str) -> str | None:
     """Artifacts of a SQLite store go next to the database file (not into ./mlruns of the cwd);
     a server decides for itself."""
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri.removeprefix("sqlite:///"))
-        return (db.resolve().parent / "mlartifacts").as_uri()
-    return None
+    db = sqlite_file(tracking_uri)
+    return None if db is None else (db.resolve().parent / "mlartifacts").as_uri()
 
 
 class MLflowWriter:
