@@ -80,8 +80,6 @@ class Outbox:
         # The journal may hold records that are neither waiting nor refused (delivered ones).
         self._journal_stale = False
         self.last_error = ""
-        self.seconds = 0.0  # spent in writes (the driver's cost of tracking)
-        self.calls = 0
 
     def send(self, record: Record, journaled: bool = False) -> None:
         """Deliver ``record`` (its ``what`` names it in messages) after those waiting.
@@ -100,7 +98,6 @@ class Outbox:
             return False
         while self.pending:
             record = self.pending[0][0]
-            start = time.perf_counter()
             try:
                 self.apply(record)
             except Exception as err:  # classified: an outage waits, anything else is reported
@@ -117,9 +114,6 @@ class Outbox:
                 self.retry_at = time.monotonic() + self.backoff_s
                 self._persist()
                 return False
-            finally:
-                self.seconds += time.perf_counter() - start
-                self.calls += 1
             self._delivered()
         if self.last_error:
             print("mlflow reachable again: buffered writes delivered", file=sys.stderr)
