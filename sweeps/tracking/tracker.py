@@ -18,7 +18,6 @@ default store and the bookkeeping in one place:
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -27,20 +26,15 @@ from typing import Any
 
 from ray.tune import Callback
 
-from arith.trainer import SUMMARY_KEYS
 from sweeps.spec.packing import PACK_KEY, Member, member_trial_id
 from sweeps.tracking.outbox import Outbox, Record, one_line
 from sweeps.tracking.replay import attach_sweep, count_redo, replay_journal
-from sweeps.tracking.state import REAL, STAND_IN, SUMMARY_TAG, TrialState
+from sweeps.tracking.state import TrialState
+from sweeps.tracking.summary import final_status, real_summary, stand_in_summary
 from sweeps.tracking.writer import MLflowWriter
 
 # Reported keys without a namespace that are still training metrics (the rest are Tune's own).
 PLAIN_METRICS = ("epoch", "lr")
-_STATUS = {
-    "early_stopping": "EARLY_STOPPED",
-    "diverged": "DIVERGED",
-    "target_reached": "TERMINATED",
-}
 
 
 def training_metrics(result: dict[str, Any]) -> dict[str, float]:
@@ -184,7 +178,8 @@ class MLflowTracker(Callback):
         what: str = "the sweep's figures",
     ) -> None:
         """Figures of the whole sweep on the parent run, at step 0; each metric and param once
-        (``_log_parent_figures``), so an end of sweep done again on resume adds nothing twice."""
+        (the writer checks what the parent run holds), so an end of sweep done again on resume
+        adds nothing twice."""
         record = {"op": "parent", "run_id": self.parent_run_id, "metrics": metrics}
         self._send({**record, "params": params or {}, "tags": tags or {}, "what": what})
 
@@ -227,7 +222,9 @@ class MLflowTracker(Callback):
         if state is None:
             return
         if "stopped_reason" in result:  # the trainable's last report: train()'s summary
-            self._log_summary(state, result, trial_id)
+            record = real_summary(state, result, trial_id)
+            if record is not None:
+                self._send(record)
             return
         step = int(result.get("step", state.last_step(-1) + 1))
         metrics = state.not_logged(training_metrics(result), step)
@@ -251,7 +248,7 @@ class MLflowTracker(Callback):
             if state is None:
                 continue
             if state.summary:
-                status = _STATUS.get(state.stopped_reason or "", "TERMINATED")
+                status = final_status(state.stopped_reason)
             else:  # stopped by the scheduler (ASHA) or the time budget before train() returned
                 spent = self._budget_ends is not None and time.monotonic() >= self._budget_ends
                 status = "TERMINATED" if spent else "EARLY_STOPPED"
@@ -278,52 +275,14 @@ class MLflowTracker(Callback):
     def _send(self, record: Record, journaled: bool = False) -> None:
         self.outbox.send(record, journaled)
 
-    def _log_summary(self, state: TrialState, result: dict[str, Any], trial_id: str) -> None:
-        if state.summary:
-            return
-        summary = {
-            k: float(result[k])
-            for k in result
-            if (k in SUMMARY_KEYS or k.startswith("best/"))
-            and isinstance(result[k], int | float)
-            and not isinstance(result[k], bool)
-        }
-        step = int(result.get("steps", state.last_step(0)))
-        reason = str(result["stopped_reason"])
-        # The summary is a trial's last report: its final status goes in the same write.
-        status = _STATUS.get(reason, "TERMINATED")
-        state.summary, state.stopped_reason, state.status_logged = True, reason, status
-        tags = {"sweep.stopped_reason": reason, "sweep.status": status, SUMMARY_TAG: REAL}
-        if "final_weights" in result:  # which weights the test sets measured: best or last
-            tags["sweep.final_weights"] = str(result["final_weights"])
-        self._send(_summary_record(trial_id, state.not_logged(summary, step), step, tags))
-
     def _log_fallback_summary(
         self, state: TrialState, trial_id: str, config: dict[str, Any], trial, reason: str
     ) -> None:
-        """Sizes from the config (no model built) for trials that never returned a summary: a
-        stand-in (``SUMMARY_TAG``), which a summary from train() replaces."""
-        summary: dict[str, float] = {}
-        if self.describe is not None:
-            sizes = self.describe(self.resolve(config))
-            summary = {k: float(sizes[k]) for k in SUMMARY_KEYS if k in sizes}
-        last = trial.last_result or {}
-        step = state.last_step(0)
-        # describe() plans the whole run; what was spent is the steps actually trained.
-        for key in ("steps", "tokens", "flops"):
-            summary.pop(key, None)
-        if step > 0:
-            summary["steps"] = float(step)
-            if self.describe is not None:
-                summary["tokens"] = float(step * sizes["tokens_per_step"])
-                summary["flops"] = float(step * sizes["flops_per_step"])
-        if isinstance(last.get("time_total_s"), int | float):
-            summary["wall_time_s"] = float(last["time_total_s"])
-        summary = {k: v for k, v in summary.items() if math.isfinite(v)}
-        state.stopped_reason = reason
-        tags = {"sweep.stopped_reason": reason, SUMMARY_TAG: STAND_IN}
-        summary = state.not_logged(summary, step)
-        self._send(_summary_record(trial_id, summary, step, tags))
+        """A stand-in summary (sizes from the config, no model built) for a trial that never
+        returned one."""
+        sizes = self.describe(self.resolve(config)) if self.describe is not None else None
+        wall_time_s = (trial.last_result or {}).get("time_total_s")
+        self._send(stand_in_summary(state, trial_id, sizes, wall_time_s, reason))
 
     def _end_child(
         self,
@@ -361,15 +320,3 @@ class MLflowTracker(Callback):
             {"op": "model", "trial": trial_id, "folder": str(folder),
              "what": f"model of {trial_id}"}
         )  # fmt: skip
-
-
-def _summary_record(trial_id: str, summary: dict, step: int, tags: dict[str, str]) -> Record:
-    return {
-        "op": "metrics",
-        "trial": trial_id,
-        "metrics": summary,
-        "step": step,
-        "tags": tags,
-        "summary": True,
-        "what": f"summary of {trial_id}",
-    }
