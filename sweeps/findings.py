@@ -71,7 +71,7 @@ HEADER = (
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from sweeps.tracking.tracker import default_tracking_uri
+    from sweeps.analysis.store import default_tracking_uri
 
     uri = args.tracking_uri or default_tracking_uri()
     results, out = Path(args.results).resolve(), Path(args.out)

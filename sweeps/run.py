@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(dry_run_text(spec))
         return 0
-    from sweeps.tracking.tracker import default_tracking_uri
+    from sweeps.analysis.store import default_tracking_uri
 
     uri = args.tracking_uri or default_tracking_uri()
     out_dir = Path(args.out).resolve() / spec.name

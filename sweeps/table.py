@@ -31,6 +31,7 @@ from sweeps.analysis.collect import (
     write_outputs,
 )
 from sweeps.analysis.plots import CURVE_METRICS
+from sweeps.analysis.store import default_tracking_uri
 from sweeps.analysis.tables import default_table_specs
 from sweeps.spec.table_block import TableSpec, table_specs_from_block
 
@@ -39,7 +40,7 @@ DEFAULT_OUT = "results"
 
 def resolve_tracking_uri(flag: str | None) -> str:
     """--tracking-uri, else $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db."""
-    return flag or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    return flag or default_tracking_uri()
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -128,7 +128,7 @@ def requests_connection_error(tmp: Path, request) -> Exception:
 def apply_bug(tmp: Path, request) -> Exception:
     """A bug in the tracker's own code (a record naming a trial it does not know)."""
     tracker = MLflowTracker(f"sqlite:///{tmp / 'mlflow.db'}", "bug", lambda c: c)
-    return _raised(tracker._apply, {"op": "running", "trial": "unknown"})
+    return _raised(tracker.writer.apply, {"op": "running", "trial": "unknown"})
 
 
 @pytest.mark.parametrize(
@@ -172,7 +172,7 @@ def test_a_refused_write_is_reported_once_kept_and_does_not_block(tmp_path, caps
     assert str(journal) in warnings[0]
     assert [r["what"] for r in read_journal(journal)] == ["params of t_0 again"]
     client = MlflowClient(uri)
-    run_id = tracker.trials["t_0"]["run_id"]
+    run_id = tracker.trials["t_0"].run_id
     history = client.get_metric_history(run_id, "val/exact_match")
     assert [(m.step, m.value) for m in history] == [(0, 0.0), (10, 0.5)]
     assert client.get_run(run_id).data.params["model.d_model"] == "32"

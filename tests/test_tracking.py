@@ -171,7 +171,7 @@ def test_state_round_trip_finds_the_runs_again(tmp_path):
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("tracking-test").experiment_id])
     assert len(runs) == 2
-    run_id = tracker.trials["t_0"]["run_id"]
+    run_id = tracker.trials["t_0"].run_id
     assert [m.step for m in client.get_metric_history(run_id, "val/exact_match")] == [10, 20]
 
 
@@ -202,9 +202,7 @@ def test_writes_wait_in_order_while_the_store_is_away(tmp_path, monkeypatch):
     down[0] = False
     tracker.on_trial_result(3, [], trial, eval_result(20, 0.75))
     assert not tracker.outbox.pending
-    history = MlflowClient(uri).get_metric_history(
-        tracker.trials["t_0"]["run_id"], "val/exact_match"
-    )
+    history = MlflowClient(uri).get_metric_history(tracker.trials["t_0"].run_id, "val/exact_match")
     assert [(m.step, m.value) for m in history] == [(0, 0.0), (10, 0.5), (20, 0.75)]
 
 
@@ -220,7 +218,7 @@ def test_attach_takes_what_mlflow_holds_as_the_truth(tmp_path):
     first.on_trial_result(2, [], trial, {**eval_result(10, 0.5), "test/exact_match": 0.4})
     second = make_tracker(uri)
     second.set_state({"parent_run_id": parent})  # what Tune restores; MLflow fills the rest
-    assert second.trials["t_0"]["steps"]["val/exact_match"] == 10
+    assert second.trials["t_0"].steps["val/exact_match"] == 10
     second.on_trial_start(3, [], trial)
     second.on_trial_result(4, [], trial, eval_result(0, 0.0))
     second.on_trial_result(5, [], trial, eval_result(10, 0.5))  # no test/ metric this time
@@ -228,7 +226,7 @@ def test_attach_takes_what_mlflow_holds_as_the_truth(tmp_path):
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("tracking-test").experiment_id])
     assert len(runs) == 2  # parent and one child
-    run_id = second.trials["t_0"]["run_id"]
+    run_id = second.trials["t_0"].run_id
     for key, steps in (("val/exact_match", [0, 10, 20]), ("test/exact_match", [10, 20])):
         assert [m.step for m in client.get_metric_history(run_id, key)] == steps
     assert second.redone["trials"] == 1
@@ -305,7 +303,7 @@ def test_spec_of_a_new_parent_waits_in_the_outbox_when_the_store_fails(tmp_path)
     if store.exists():
         store.rmdir()
     store.write_text("not a folder")  # log_artifact cannot write under a file
-    tracker._experiment = experiment
+    tracker.writer.experiment_id = experiment
     parent = tracker.start_parent("sweep: {name: tracking-test}\n")
     assert tracker.outbox.pending, "the spec should wait, not raise"
     store.unlink()
@@ -323,7 +321,7 @@ def test_a_trial_that_errors_before_it_starts_still_gets_its_child_run(tmp_path)
     trial = FakeTrial("t_7", {"model.d_model": 16}, status="ERROR", error_file="/x/error.txt")
     tracker.on_trial_error(0, [], trial)
     client = MlflowClient(uri)
-    run = client.get_run(tracker.trials["t_7"]["run_id"])
+    run = client.get_run(tracker.trials["t_7"].run_id)
     assert run.data.tags["mlflow.parentRunId"] == tracker.parent_run_id
     assert run.data.tags["sweep.trial_id"] == "t_7"
     assert (run.data.tags["sweep.status"], run.info.status) == ("ERROR", "FAILED")
@@ -387,7 +385,7 @@ def test_an_errored_trial_restarted_by_a_resume_logs_its_real_summary(tmp_path):
     first.on_trial_result(2, [], trial, eval_result(10, 0.5))
     trial.last_result = {"time_total_s": 1.0}
     first.on_trial_error(3, [], trial)
-    run_id = first.trials["t_0"]["run_id"]
+    run_id = first.trials["t_0"].run_id
     client = MlflowClient(uri)
     assert client.get_run(run_id).data.tags["sweep.stopped_reason"] == "error"
 

@@ -23,6 +23,7 @@ from mlflow.exceptions import MlflowException
 
 from sweeps.analysis.convergence import CONVERGENCE_TAG, budget_key, convergence_column
 from sweeps.analysis.plots import CURVE_METRICS, plots_for
+from sweeps.analysis.store import is_sqlite, sqlite_file
 from sweeps.analysis.table_fits import GroupFit, fit_note, table_fits, with_fit_columns
 from sweeps.analysis.tables import (
     build_table,
@@ -58,9 +59,8 @@ def open_client(tracking_uri: str) -> MlflowClient:
 
 
 def _local_store_path(uri: str) -> Path | None:
-    if uri.startswith("sqlite:///"):
-        rest = uri.removeprefix("sqlite:///")
-        return None if rest in ("", ":memory:") else Path(rest.split("?", 1)[0])
+    if is_sqlite(uri):
+        return sqlite_file(uri)
     if uri.startswith("file:"):
         return Path(re.sub(r"^file:(//)?", "", uri))
     return Path(uri) if "://" not in uri else None

@@ -39,7 +39,7 @@ def job_entrypoint(args: argparse.Namespace) -> str:
             "spec",
             f"{args.spec!r} is outside the project {PROJECT_ROOT}, which is what is uploaded",
         )
-    from sweeps.tracking.tracker import default_tracking_uri
+    from sweeps.analysis.store import default_tracking_uri
 
     command = ["python", "-m", "sweeps.run", str(spec.relative_to(PROJECT_ROOT))]
     command += ["--address", "auto"]

@@ -36,6 +36,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sweeps.analysis.store import write_atomic
+
 # The Ray versions this project supports: pyproject.toml and the README say the same
 # (tests/test_ray_versions.py checks), and CI runs the fault tests on both ends.
 RAY_RANGE = ">=2.50,<2.61"
@@ -168,10 +170,3 @@ def staged_copies(experiment_dir: Path, name: str) -> list[Path]:
     ray_tmp = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir())) / "ray"
     pattern = f"session_*/artifacts/*/{experiment_dir.name}/driver_artifacts/{name}"
     return sorted(ray_tmp.glob(pattern), key=lambda p: p.stat().st_mtime)
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """``data`` as ``path`` in one rename: a kill leaves the old file or the new one."""
-    tmp = path.with_name(f".{path.name}.tmp")  # a dot: never matched by Tune's file patterns
-    tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
-    os.replace(tmp, path)

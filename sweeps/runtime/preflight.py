@@ -50,9 +50,10 @@ def check_before_ray(
 def check_tracking_uri(uri: str) -> None:
     """The stores a sweep logs to: an MLflow server or a SQLite file (an ``mlruns`` folder or a
     ``file:`` URI would fail after Ray started, in a traceback)."""
+    from sweeps.analysis.store import is_sqlite
     from sweeps.runtime.resume import SweepError, is_http
 
-    if not (is_http(uri) or uri.startswith("sqlite:///")):
+    if not (is_http(uri) or is_sqlite(uri)):
         raise SweepError(
             f"--tracking-uri: expected http(s)://HOST:PORT or sqlite:///PATH.db, but got {uri!r}"
         )

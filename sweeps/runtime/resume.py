@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from sweeps.analysis.collect import STATE_FILE
+from sweeps.analysis.store import sqlite_file, write_atomic
 from sweeps.spec.sweep_spec import SweepSpec
 
 # Bounded MLflow HTTP calls: without these a dead server blocks each call for minutes
@@ -75,23 +76,19 @@ def preflight(tracking_uri: str) -> None:
                 f"--tracking-uri: cannot reach the MLflow server at {tracking_uri} ({reason}); "
                 "start it or pass another --tracking-uri"
             ) from None
-    elif tracking_uri.startswith("sqlite:///"):
-        folder = Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0]).parent
-        if not folder.is_dir():
-            raise SweepError(f"--tracking-uri: no folder {folder} for the SQLite store")
+    elif (db := sqlite_file(tracking_uri)) is not None and not db.parent.is_dir():
+        raise SweepError(f"--tracking-uri: no folder {db.parent} for the SQLite store")
 
 
 def start_parent(tracker, spec: SweepSpec, out_dir: Path) -> str:
     """A new sweep's parent run; its id and the spec are saved in ``out_dir`` for --resume."""
-    from sweeps.cluster import tunefix
-
     out_dir.mkdir(parents=True, exist_ok=True)  # the journal's folder, before any write waits
     if tracker.journal is not None:  # an earlier sweep's undelivered writes are not this one's
         tracker.journal.unlink(missing_ok=True)
     parent_id = tracker.start_parent(spec.to_yaml())
     (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
     state = {"parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
-    tunefix.write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
+    write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
     return parent_id
 
 

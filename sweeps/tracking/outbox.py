@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sweeps.analysis.store import write_atomic
+
 Record = dict[str, Any]
 
 
@@ -78,8 +80,6 @@ class Outbox:
         # The journal may hold records that are neither waiting nor refused (delivered ones).
         self._journal_stale = False
         self.last_error = ""
-        self.seconds = 0.0  # spent in writes (the driver's cost of tracking)
-        self.calls = 0
 
     def send(self, record: Record, journaled: bool = False) -> None:
         """Deliver ``record`` (its ``what`` names it in messages) after those waiting.
@@ -98,7 +98,6 @@ class Outbox:
             return False
         while self.pending:
             record = self.pending[0][0]
-            start = time.perf_counter()
             try:
                 self.apply(record)
             except Exception as err:  # classified: an outage waits, anything else is reported
@@ -115,9 +114,6 @@ class Outbox:
                 self.retry_at = time.monotonic() + self.backoff_s
                 self._persist()
                 return False
-            finally:
-                self.seconds += time.perf_counter() - start
-                self.calls += 1
             self._delivered()
         if self.last_error:
             print("mlflow reachable again: buffered writes delivered", file=sys.stderr)
@@ -151,9 +147,7 @@ class Outbox:
         if not self.refused:
             os.truncate(self.journal, 0)
         elif stale or self._journal_stale:
-            tmp = self.journal.with_suffix(".tmp")
-            tmp.write_text("".join(_line(r) for r in self.refused), encoding="utf-8")
-            os.replace(tmp, self.journal)
+            write_atomic(self.journal, "".join(_line(r) for r in self.refused))
         self._journal_stale = False
 
     def _persist(self) -> None:

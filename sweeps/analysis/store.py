@@ -1,0 +1,41 @@
+"""Where a sweep keeps what outlives its driver: the MLflow store it logs to (the default
+tracking URI, the database file of a SQLite one) and files that must be written whole.
+
+One helper for each, in the lowest package that needs it (``sweeps.analysis.collect`` opens
+the store; tracking, the runtime and the commands use them too).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SQLITE = "sqlite:///"
+
+
+def default_tracking_uri(cwd: Path | None = None) -> str:
+    """$MLFLOW_TRACKING_URI, else a SQLite store ``mlflow.db`` in ``cwd`` (the working folder)."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    return f"{SQLITE}{(cwd or Path.cwd()).resolve() / 'mlflow.db'}"
+
+
+def is_sqlite(uri: str) -> bool:
+    return uri.startswith(SQLITE)
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, its query (``?timeout=...``) left out; None
+    for any other URI and for an in-memory database."""
+    if not is_sqlite(uri):
+        return None
+    path = uri.removeprefix(SQLITE).split("?", 1)[0]
+    return None if path in ("", ":memory:") else Path(path)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """``data`` as ``path`` in one rename: a kill leaves the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.tmp")  # a dot: never matched by Tune's file patterns
+    tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    os.replace(tmp, path)

@@ -1,0 +1,240 @@
+"""The one writer to MLflow of a sweep: the records the tracker sends, carried out.
+
+A record is a JSON-able dict (``op`` says which write) so that the outbox can hold it through
+an outage and journal it for a driver killed meanwhile (``sweeps.tracking.outbox``).
+``MLflowWriter.apply`` carries one out, now or much later; it holds what a write needs to find
+its run: the experiment, the parent run and each trial's ``TrialState``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sweeps.analysis.convergence import CONVERGENCE_TAG
+from sweeps.analysis.store import sqlite_file
+from sweeps.tracking.outbox import Record
+from sweeps.tracking.state import TrialState
+
+ML_KIND = "custom_model_development"
+
+
+def artifact_root(tracking_uri: str) -> str | None:
+    """Artifacts of a SQLite store go next to the database file (not into ./mlruns of the cwd);
+    a server decides for itself."""
+    db = sqlite_file(tracking_uri)
+    return None if db is None else (db.resolve().parent / "mlartifacts").as_uri()
+
+
+class MLflowWriter:
+    """Carries out records against the store at ``tracking_uri``, in experiment
+    ``experiment_name``. ``resolve(trial_config) -> RunConfig`` gives a trial's full config
+    for its params; ``metric``: the sweep metric, whose history decides a trial's convergence
+    label where it has one."""
+
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment_name: str,
+        resolve: Callable[[dict[str, Any]], Any],
+        metric: str | None = None,
+    ) -> None:
+        self.tracking_uri = tracking_uri
+        self.experiment_name = experiment_name
+        self.resolve = resolve
+        self.metric = metric
+        self.parent_run_id: str | None = None
+        self.trials: dict[str, TrialState] = {}
+        self.experiment_id: str | None = None  # known once asked for (``experiment``)
+        self._client = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles the tracker, and this with it; a client does not travel.
+        return {**self.__dict__, "_client": None, "experiment_id": None}
+
+    @property
+    def client(self):
+        if self._client is None:
+            from mlflow import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        return self._client
+
+    def experiment(self) -> str:
+        """The experiment's id, created (with its artifacts beside a SQLite store) if new."""
+        if self.experiment_id is None:
+            found = self.client.get_experiment_by_name(self.experiment_name)
+            if found is not None:
+                self.experiment_id = found.experiment_id
+            else:
+                location = artifact_root(self.tracking_uri)
+                if location is not None:
+                    location = f"{location}/{self.experiment_name}"
+                self.experiment_id = self.client.create_experiment(
+                    self.experiment_name, artifact_location=location
+                )
+            # Model training, not GenAI: the UI's kind tag (MLflow 3.17's UI reads its kind
+            # from the address, see sweeps.tracking.ui, but older and newer ones read this tag).
+            self.client.set_experiment_tag(self.experiment_id, "mlflow.experimentKind", ML_KIND)
+        return self.experiment_id
+
+    def create_parent(self, tags: dict[str, str]) -> str:
+        """The sweep's parent run, created now (not through the outbox: every later write
+        names it); returns its id."""
+        run = self.client.create_run(
+            self.experiment(),
+            run_name=self.experiment_name,
+            tags={"sweep.name": self.experiment_name, "sweep.role": "parent", **tags},
+        )
+        self.parent_run_id = run.info.run_id
+        return self.parent_run_id
+
+    # ---- records ----
+    def apply(self, record: Record) -> None:
+        """Carry out one record (the outbox calls this, in order, until it succeeds)."""
+        op, trial_id = record["op"], record.get("trial")
+        state = self.trials.get(trial_id)
+        if op == "child":
+            self._start_child(trial_id)
+        elif op == "setup":
+            self._log_setup(trial_id, record["config"])
+        elif op == "running":
+            self._set_running(state)
+        elif op == "metrics":
+            run_id = record.get("run_id") or state.run_id
+            self._log_metrics(run_id, record["metrics"], record["step"], record.get("tags"))
+        elif op == "end":
+            self._end_run(state, record["tags"], record["run_status"])
+        elif op == "spec":
+            self._log_text(record["run_id"], record["text"], "spec.yaml")
+        elif op == "model":  # the trial's final model, copied out of Tune's storage
+            self.client.log_artifacts(state.run_id, record["folder"], "model")
+        elif op == "outputs":
+            from sweeps.analysis.collect import log_outputs_to_parent
+
+            paths = [Path(p) for p in record["paths"] if Path(p).is_file()]
+            log_outputs_to_parent(self.client, record["run_id"], paths)
+        elif op == "parent":
+            self._log_parent_figures(record)
+        else:
+            raise ValueError(f"unknown MLflow write {op!r}")
+
+    # ---- child runs ----
+    def _start_child(self, trial_id: str) -> None:
+        state = self.trials[trial_id]
+        if state.created:  # a retry: the store may have made the run before the error
+            found = self._find_child(trial_id)
+            if found is not None:
+                state.run_id = found
+                return
+        state.created = True
+        run = self.client.create_run(
+            self.experiment(),
+            run_name=f"{self.experiment_name}-{trial_id}",
+            tags={
+                "mlflow.parentRunId": self.parent_run_id,
+                "sweep.name": self.experiment_name,
+                "sweep.trial_id": trial_id,
+                "sweep.role": "trial",
+                "sweep.status": "RUNNING",
+            },
+        )
+        state.run_id = run.info.run_id
+
+    def _find_child(self, trial_id: str) -> str | None:
+        runs = self.client.search_runs(
+            [self.experiment()],
+            filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_run_id}' "
+            f"and tags.`sweep.trial_id` = '{trial_id}'",
+            max_results=1,
+        )
+        return runs[0].info.run_id if runs else None
+
+    def _log_setup(self, trial_id: str, trial_config: dict[str, Any]) -> None:
+        """config.yaml, then the params (their presence marks a complete setup on resume)."""
+        from mlflow.entities import Param
+
+        state = self.trials[trial_id]
+        config = self.resolve(trial_config)
+        self._log_text(
+            state.run_id, yaml.safe_dump(config.to_dict(), sort_keys=False), "config.yaml"
+        )
+        flat = config.flat()
+        # The trial's swept values first (MLflow keeps the order of a batch), then the rest.
+        swept = [k for k in trial_config if k in flat]
+        flat = {**{k: flat[k] for k in swept}, **flat}
+        params = [Param(k, str(list(v) if isinstance(v, tuple) else v)) for k, v in flat.items()]
+        self.client.log_batch(state.run_id, params=params)
+        state.params = True
+
+    def _set_running(self, state: TrialState) -> None:
+        self.client.set_tag(state.run_id, "sweep.status", "RUNNING")
+        state.status = "RUNNING"
+        # A trial restored after its summary had set its final status: that tag is RUNNING now,
+        # so its end must write the status again (found by tests/test_chaos.py)
+        state.status_logged = None
+
+    def _log_metrics(
+        self, run_id: str, metrics: dict[str, float], step: int, tags: dict[str, str] | None = None
+    ) -> None:
+        """``metrics`` at ``step``, and ``tags``, in one ``log_batch`` call (which splits what
+        exceeds MLflow's limits per request itself)."""
+        from mlflow.entities import Metric, RunTag
+
+        now = int(time.time() * 1000)
+        rows = [Metric(k, v, now, step) for k, v in metrics.items()]
+        run_tags = [RunTag(k, v) for k, v in (tags or {}).items()]
+        self.client.log_batch(run_id, metrics=rows, tags=run_tags)
+
+    def _end_run(self, state: TrialState, tags: dict[str, str], run_status: str) -> None:
+        from mlflow.entities import RunTag
+
+        # The metric writes before this one are delivered (the outbox keeps order), so the
+        # run's history in MLflow is the whole curve the convergence label is read from.
+        status = tags.get("sweep.status", state.status or "")
+        label = self._convergence(state.run_id, status, state.stopped_reason)
+        tags = {**tags, CONVERGENCE_TAG: label}
+        self.client.log_batch(state.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self.client.set_terminated(state.run_id, status=run_status)
+
+    def _convergence(self, run_id: str, status: str, stopped_reason: str | None) -> str:
+        """The trial's sweeps.analysis.convergence label, from its metric history in MLflow."""
+        import pandas as pd
+
+        from sweeps.analysis.convergence import MONITORED, classify, monitored_metric
+
+        records = [
+            (name, m.step, m.value)
+            for name in dict.fromkeys([self.metric, *MONITORED])
+            if name is not None
+            for m in self.client.get_metric_history(run_id, name)
+        ]
+        curves = pd.DataFrame.from_records(records, columns=["metric", "step", "value"])
+        name = monitored_metric(curves, self.metric)
+        rows = curves[curves["metric"] == name]
+        history = list(zip(rows["step"], rows["value"], strict=True))
+        return classify(history, status, stopped_reason, metric=name or "val/exact_match")
+
+    # ---- the parent run ----
+    def _log_parent_figures(self, record: Record) -> None:
+        """The metrics and params of ``record`` the parent run does not hold yet (MLflow is the
+        truth: a resumed sweep ends again, or replays the journal), and its tags."""
+        from mlflow.entities import Param
+
+        run_id = record["run_id"]
+        held = self.client.get_run(run_id).data
+        metrics = {k: v for k, v in record["metrics"].items() if k not in held.metrics}
+        params = [Param(k, v) for k, v in record["params"].items() if k not in held.params]
+        self._log_metrics(run_id, metrics, 0, record["tags"])
+        self.client.log_batch(run_id, params=params)
+
+    def _log_text(self, run_id: str, text: str, name: str) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(text)
+            self.client.log_artifact(run_id, str(path))
