@@ -9,6 +9,7 @@ of an uninterrupted run of the same configs and seeds.
 
 from __future__ import annotations
 
+import itertools
 import random
 import subprocess
 import sys
@@ -51,6 +52,16 @@ def logged_progress(uri: str) -> set[tuple[str, int]]:
     }
 
 
+def restored_from_a_checkpoint(experiment_dir: Path) -> bool:
+    """Whether some trial went on from a checkpoint in a new worker: in its result file, a new
+    pid whose first report is past step 0 (a trial started over would report step 0 again)."""
+    for lines in result_lines(experiment_dir).values():
+        for before, after in itertools.pairwise(lines):
+            if after.get("pid") != before.get("pid") and after.get("step", 0) > 0:
+                return True
+    return False
+
+
 @pytest.mark.parametrize("pack", [1, 2], ids=["unpacked", "packed"])
 def test_driver_killed_at_random_points_then_resumed(tmp_path, pack):
     """``pack=2``: the same sweep in two packs of two (sweeps.spec.packing), killed and resumed."""
@@ -84,8 +95,10 @@ def test_driver_killed_at_random_points_then_resumed(tmp_path, pack):
         if proc.poll() is None:
             kill(proc)
     err = (tmp_path / f"run{kills}.err").read_text()
-    # Some resume restored a trial from its checkpoint (the last may find none in progress).
+    # Some resume restored a trial from its checkpoint (the last may find none in progress, and
+    # a resume killed in turn prints nothing: Tune's result files say it for every resume).
     outs = [(tmp_path / f"run{i}.out").read_text() for i in range(1, kills + 1)]
+    restored = restored_from_a_checkpoint(experiment_dir)
     assert proc.returncode == 0, err[-3000:]
     assert kills == KILLS, "the sweep ended before every kill point"
     assert progress <= logged_progress(uri)
@@ -99,7 +112,7 @@ def test_driver_killed_at_random_points_then_resumed(tmp_path, pack):
         assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
         assert metric_steps(uri, run)["val/exact_match"] == STEPS
     pairs = assert_no_duplicate_steps(uri, runs)
-    assert any("restored from checkpoints:" in text for text in outs), outs
+    assert restored or any("restored from checkpoints:" in text for text in outs), outs
 
     # The table (and the final metrics of every trial) equal an uninterrupted run's.
     spec = load_spec(SMOKE, sets)
