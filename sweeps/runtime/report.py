@@ -61,7 +61,7 @@ def _report(spec, out_dir: Path, uri: str, parent_id: str, seconds: float, error
 
 def _missing_line(spec: SweepSpec, trials) -> str | None:
     """A warning when fewer trials finished than the space holds (a time budget aside): a sweep
-    must never look complete with a trial lost (sweeps.snapshot says how one could be)."""
+    must never look complete with a trial lost (sweeps.runtime.tuning says how one could be)."""
     from sweeps.spec import space
 
     expected = space.n_trials(spec)
