@@ -2,15 +2,17 @@
 
 Prints one markdown table per part, measured on whatever device is present:
 
-- **peak**: the best matmul FLOP/s of a few square ``torch.mm`` sizes (fp32; bf16 on CUDA),
-  the denominator of every MFU below, measured in the same run so it reflects this machine;
+- **peak**: the best matmul FLOP/s of a few square ``torch.mm`` sizes in fp32 and in bf16, the
+  denominators of every MFU below, measured in the same run so they reflect this machine (a CPU
+  without bf16 instructions shows a low bf16 peak: the figure is what the hardware gives);
 - **data**: examples/s of sampling and encoding training batches
   (``BatchSource.next_batch``), and one batch's time as a share of one training step of the
   ~1M-parameter model;
 - **train**: steps/s, tokens/s and model FLOPs utilisation of ``train()`` itself for a few
-  model sizes, every step after warm-up timed from the end of the last warm-up step to the end
-  of the last step (tokens = batch x the format's longest sequence, as ``step_cost`` counts
-  them; FLOPs per token from :func:`arith.cost.flops_per_token`);
+  model sizes, in fp32 and under bf16 autocast (``train.precision``), each MFU against the peak
+  of its own precision, every step after warm-up timed from the end of the last warm-up step
+  to the end of the last step (tokens = batch x the format's longest sequence, as
+  ``step_cost`` counts them; FLOPs per token from :func:`arith.cost.flops_per_token`);
 - **eval**: examples/s of batched greedy decoding (``predict_answers``) against one
   ``greedy_decode`` call per example, same model and problems.
 
@@ -129,27 +131,17 @@ def peak_matmul_flops(device: torch.device, dtype: torch.dtype, sizes: tuple[int
     return best
 
 
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
 def bench_peak(device: torch.device, sizes: Sizes) -> list[dict[str, Any]]:
-    """fp32 peak, and on CUDA the bf16 peak that its autocast training is measured against."""
-    if device.type != "cuda":
-        return [
-            {
-                "dtype": "fp32",
-                "peak_flops": peak_matmul_flops(device, torch.float32, sizes.peak_sizes),
-            }
-        ]
+    """The fp32 and bf16 peaks that training in each precision is measured against."""
     # a GPU needs far larger matrices than a CPU to reach its peak
-    gpu_sizes = (2048, 4096, 8192)
+    square = (2048, 4096, 8192) if device.type == "cuda" else sizes.peak_sizes
     return [
-        {"dtype": dtype, "peak_flops": peak_matmul_flops(device, torch_dtype, gpu_sizes)}
-        for dtype, torch_dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+        {"dtype": dtype, "peak_flops": peak_matmul_flops(device, torch_dtype, square)}
+        for dtype, torch_dtype in PRECISIONS.items()
     ]
-
-
-def training_dtype(device: torch.device) -> str:
-    """The precision ``train()`` uses here by default (``train.precision=auto``)."""
-    use_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    return "bf16" if use_bf16 else "fp32"
 
 
 def bench_data(sizes: Sizes) -> list[dict[str, Any]]:
@@ -171,7 +163,14 @@ def bench_data(sizes: Sizes) -> list[dict[str, Any]]:
     return rows
 
 
-def train_config(case: ModelCase, sizes: Sizes, device: str, peak: float, compile: bool = False):
+def train_config(
+    case: ModelCase,
+    sizes: Sizes,
+    device: str,
+    peak: float,
+    compile: bool = False,
+    precision: str = "fp32",
+):
     """A short run of ``train()``: warm-up and timed steps, evaluated only at 0 and at the end."""
     n_layer, d_model, n_head = case.shape
     small_eval = ["data.val_size=32", "data.test_size=32", "data.edge_cases=false"]
@@ -192,6 +191,7 @@ def train_config(case: ModelCase, sizes: Sizes, device: str, peak: float, compil
             f"train.device={device}",
             f"train.peak_flops={peak}",
             f"train.compile={str(compile).lower()}",
+            f"train.precision={precision}",
         ],
     )
 
@@ -233,18 +233,24 @@ def train_row(config, clock: StepClock, warmup: int, peak: float) -> dict[str, A
     }
 
 
-def bench_train(sizes: Sizes, device: str, peak: float, compile: bool) -> list[dict[str, Any]]:
+def bench_train(
+    sizes: Sizes, device: str, peaks: dict[str, float], compile: bool
+) -> list[dict[str, Any]]:
+    """Every model in each precision (``peaks``: the peak of each), then the reference model
+    compiled if asked."""
     rows = []
-    cases = [(case, False) for case in sizes.models]
+    cases = [(case, False, precision) for precision in peaks for case in sizes.models]
     if compile:
-        cases += [(case, True) for case in sizes.models if case.label == REFERENCE]
-    for case, compiled in cases:
-        config = train_config(case, sizes, device, peak, compiled)
+        cases += [(case, True, "fp32") for case in sizes.models if case.label == REFERENCE]
+    for case, compiled, precision in cases:
+        peak = peaks[precision]
+        config = train_config(case, sizes, device, peak, compiled, precision)
         clock = StepClock()
         start = time.perf_counter()
         summary = train(config, progress=clock)
         row = {
             "model": case.label + (" compiled" if compiled else ""),
+            "precision": precision,
             "shape": "{}x{}".format(*case.shape[:2]),
             "n_params": summary["n_params"],
         }
@@ -302,21 +308,22 @@ def _scaled(rows: list[dict[str, Any]], key: str, factor: float, new_key: str) -
 
 
 def run(sizes: Sizes, device: torch.device, compile: bool = False) -> dict[str, Any]:
-    """Every part's rows, keyed by part; the training MFU uses the peak of its precision."""
+    """Every part's rows, keyed by part; each training MFU uses the peak of its precision."""
     peak_rows = bench_peak(device, sizes)
-    dtype = training_dtype(device)
-    peak = next(row["peak_flops"] for row in peak_rows if row["dtype"] == dtype)
-    train_rows = bench_train(sizes, str(device), peak, compile)
-    # measure the peak again after training and keep the best: a peak taken while something
+    peaks = {row["dtype"]: row["peak_flops"] for row in peak_rows}
+    train_rows = bench_train(sizes, str(device), peaks, compile)
+    # measure the peaks again after training and keep the best: a peak taken while something
     # else ran would flatter the MFU
     for row, again in zip(peak_rows, bench_peak(device, sizes), strict=True):
         row["peak_flops"] = max(row["peak_flops"], again["peak_flops"])
-    peak = next(row["peak_flops"] for row in peak_rows if row["dtype"] == dtype)
+    peaks = {row["dtype"]: row["peak_flops"] for row in peak_rows}
     for row in train_rows:
-        row["mfu"] = row["model_flops"] / peak
+        row["mfu"] = row["model_flops"] / peaks[row["precision"]]
     data_rows = bench_data(sizes)
     eval_rows = bench_eval(sizes, device)
-    reference = next(row for row in train_rows if row["model"] == REFERENCE)
+    reference = next(
+        row for row in train_rows if row["model"] == REFERENCE and row["precision"] == "fp32"
+    )
     step_ms = 1e3 / reference["steps_per_s"]
     for row in data_rows:
         row["pct_of_step"] = 100 * row["ms_per_batch"] / step_ms
@@ -326,7 +333,6 @@ def run(sizes: Sizes, device: torch.device, compile: bool = False) -> dict[str, 
     return {
         "device": str(device),
         "threads": torch.get_num_threads(),
-        "train_dtype": dtype,
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "peak": peak_rows,
         "data": data_rows,

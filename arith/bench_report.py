@@ -29,9 +29,9 @@ def markdown_table(title: str, columns: dict[str, str], rows: list[dict[str, Any
 def render(results: dict[str, Any], reference: str) -> str:
     """The figures of ``arith.bench.run`` as markdown: a heading and one table per part;
     ``reference`` names the model whose step the data rows are a share of."""
-    device, dtype = results["device"], results["train_dtype"]
+    device = results["device"]
     batch = results["data"][0]["batch_size"]
-    head = f"# arith.bench on {device} ({results['threads']} threads, training in {dtype})"
+    head = f"# arith.bench on {device} ({results['threads']} threads)"
     if results["load_average"] is not None:
         head += f", 1-min load average {results['load_average']:.1f} at the end"
     tables = [
@@ -47,14 +47,15 @@ def render(results: dict[str, Any], reference: str) -> str:
                 "case": "case",
                 "examples_per_s": "examples/s",
                 "ms_per_batch": "ms/batch",
-                "pct_of_step": f"% of a {reference} training step",
+                "pct_of_step": f"% of a {reference} fp32 training step",
             },
             results["data"],
         ),
         markdown_table(
-            f"Training (train() steps after warm-up, MFU against the {dtype} peak)",
+            "Training (train() steps after warm-up, MFU against the peak of its precision)",
             {
                 "model": "model",
+                "precision": "precision",
                 "shape": "layers x width",
                 "n_params": "params",
                 "batch_size": "batch",

@@ -1,5 +1,6 @@
 """``python -m sweeps.bench [--trials N] [--steps S] [--concurrent C]``: orchestration overhead;
-``python -m sweeps.bench --pack [--sizes 30k,100k,1m] [--packs 1,4,16] [--steps S]``: packing.
+``python -m sweeps.bench --pack [--sizes 30k,100k,1m] [--packs 1,4,16] [--steps S]``: packing;
+``python -m sweeps.bench --flagship [--spec SPEC] [--from FOLDER] [--set K=V]``: the FLOP bound.
 
 Runs the same N tiny trials twice: through the orchestrator (an embedded Ray, Tune with actor
 reuse, MLflow on SQLite, checkpoints at every report, the tables and plots at the end) and back
@@ -7,6 +8,12 @@ to back in this process, calling ``arith.trainer.train`` directly. Prints both w
 their ratio and the overhead per trial. Both sides train with one torch thread per trial, and
 the orchestrator runs one trial at a time unless ``--concurrent`` says otherwise, so the
 difference is the orchestration, not parallelism.
+
+With ``--flagship``: runs the main job (``--spec``, default ``search_spaces/width_vs_depth.yaml``)
+alone, timed, or reads a finished one (``--from`` its output folder, with the wall time that
+``python -m sweeps.findings SPACE --run`` recorded), measures one core's matmul peak in fp32 and
+bf16, and prints each trial's MFU and the sweep's fraction of its FLOP bound
+(``sweeps.analysis.compute_bound``).
 
 With ``--pack``: for each model size and pack size P, the same P trials (members differing in
 learning rate and seed) trained one after the other with ``arith.trainer.train`` (unpacked: one
@@ -207,6 +214,71 @@ def pack_main(args: argparse.Namespace) -> int:
     return 0
 
 
+FLAGSHIP = Path(__file__).resolve().parents[1] / "search_spaces" / "width_vs_depth.yaml"
+
+
+def core_peaks() -> dict[str, float]:
+    """One core's best matmul FLOP/s in fp32 and bf16 (a trial holds one CPU)."""
+    import torch
+
+    from arith.bench import FULL, PRECISIONS, peak_matmul_flops
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cpu = torch.device("cpu")
+        return {
+            name: peak_matmul_flops(cpu, dtype, FULL.peak_sizes)
+            for name, dtype in PRECISIONS.items()
+        }
+    finally:
+        torch.set_num_threads(threads)
+
+
+def timed_sweep(spec: Path, sets: list[str], workdir: Path) -> tuple[Path, float]:
+    """Runs ``python -m sweeps.run`` on ``spec`` into ``workdir``: its output folder and wall."""
+    import json
+    import subprocess
+
+    out, db = workdir / "out", workdir / "mlflow.db"
+    command = [sys.executable, "-m", "sweeps.run", str(spec), "--out", str(out)]
+    command += ["--tracking-uri", f"sqlite:///{db}", *(f"--set={s}" for s in sets)]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    folder = next(p.parent for p in out.glob("*/sweep.json"))
+    (folder / "findings_run.json").write_text(json.dumps({"wall_s": round(wall, 1)}))
+    return folder, wall
+
+
+def flagship_main(args: argparse.Namespace) -> int:
+    import json
+
+    import pandas as pd
+
+    from arith.cli import fail
+    from sweeps.analysis.compute_bound import render_bound, sweep_bound, trial_mfu
+
+    with tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp:
+        if args.from_folder:
+            folder = Path(args.from_folder)
+            record = folder / "findings_run.json"
+            if not (folder / "trials.csv").is_file() or not record.is_file():
+                fail(
+                    f"--from: {folder}: needs trials.csv and findings_run.json "
+                    "(a sweep run by python -m sweeps.findings SPACE --run, or --flagship)"
+                )
+            wall = json.loads(record.read_text())["wall_s"]
+        else:
+            print(f"running {args.spec} alone, timed ...", flush=True)
+            folder, wall = timed_sweep(Path(args.spec), args.set or [], Path(tmp))
+        trials = pd.read_csv(folder / "trials.csv")
+        peaks = core_peaks()
+    n_cores = os.cpu_count() or 1
+    print(render_bound(trial_mfu(trials, peaks), sweep_bound(trials, peaks, n_cores, wall), peaks))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         formatter_class=HelpFormatter,
@@ -225,7 +297,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="30k,100k,1m", help="--pack: model sizes")
     parser.add_argument("--packs", default="1,4,16", help="--pack: pack sizes")
     parser.add_argument("--device", default="cpu", help="--pack: cpu, cuda, ... (default cpu)")
+    parser.add_argument(
+        "--flagship", action="store_true", help="the main job against its FLOP bound"
+    )
+    parser.add_argument("--spec", default=str(FLAGSHIP), help="--flagship: the search space")
+    parser.add_argument(
+        "--from", dest="from_folder", metavar="FOLDER", help="--flagship: a finished sweep"
+    )
+    parser.add_argument("--set", action="append", metavar="K=V", help="--flagship: overrides")
     args = parser.parse_args(argv)
+    if args.flagship:
+        return flagship_main(args)
     if args.pack:
         return pack_main(args)
     from sweeps.spec.sweep_spec import parse_spec

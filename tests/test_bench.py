@@ -49,6 +49,7 @@ def test_tables_have_every_row_with_numbers(quick_run) -> None:
         assert f"## {title}" in table
     rows = {
         "fp32": 1,
+        "bf16": 1,
         **{case: 3 for case in bench.DATA_CASES},
         **{case.label: 6 for case in bench.QUICK.models},
         "batched (predict_answers)": 2,
@@ -64,10 +65,16 @@ def test_tables_have_every_row_with_numbers(quick_run) -> None:
 def test_train_figures_are_the_counts_over_the_time_of_the_steps_after_warm_up(quick_run):
     _, results = quick_run
     assert results["device"] == "cpu"
-    assert [row["model"] for row in results["train"]] == [m.label for m in bench.QUICK.models]
-    peak = next(r["peak_flops"] for r in results["peak"] if r["dtype"] == results["train_dtype"])
-    for row, case in zip(results["train"], bench.QUICK.models, strict=True):
-        config = bench.train_config(case, bench.QUICK, "cpu", peak)
+    cases = [(m, precision) for precision in ("fp32", "bf16") for m in bench.QUICK.models]
+    assert [(row["model"], row["precision"]) for row in results["train"]] == [
+        (m.label, precision) for m, precision in cases
+    ]
+    peaks = {r["dtype"]: r["peak_flops"] for r in results["peak"]}
+    assert set(peaks) == {"fp32", "bf16"} and min(peaks.values()) > 0
+    for row, (case, precision) in zip(results["train"], cases, strict=True):
+        peak = peaks[precision]  # each precision's MFU against its own peak
+        config = bench.train_config(case, bench.QUICK, "cpu", peak, precision=precision)
+        assert config.train.precision == precision
         cost = step_cost(config)
         assert row["steps_timed"] == bench.QUICK.train_steps  # every step after warm-up
         assert row["tokens"] == bench.QUICK.train_steps * cost["tokens"]
