@@ -37,6 +37,12 @@ BASE100_VOCAB: tuple[str, ...] = (
 )
 # carry_trace writes each carry as two digits.
 MAX_TRACE_CARRY = 99
+# The column carries (LSB first) carry_trace writes, by operator.
+TRACED = {
+    "+": lambda a, b: _digits.add(a, b)[1],
+    "-": lambda a, b: _digits.sub_abs_borrows(a, b)[2],
+    "*": lambda a, b: _digits.mul(a, b)[1],
+}
 
 
 @dataclass(frozen=True)
@@ -238,7 +244,8 @@ class Format:
 
     def _carry_trace(self, p: Problems) -> tuple[list[seg.Segment], list[seg.Segment]]:
         """``123*  45=`` -> ``+501302501500000000``: sign, then per result digit (LSB first) the
-        digit and its two-digit carry (schoolbook column carry for *, addition carry for +).
+        digit and its two-digit carry (schoolbook column carry for *, addition carry for +,
+        the borrow of ``|a - b|``'s column for -).
         """
         n = len(p)
         width, r = self._trace_widths(p)
@@ -259,20 +266,22 @@ class Format:
         return prompt, [(sign, np.ones(n, np.int64)), (triples, np.full(n, 3 * r))]
 
     def _carries(self, p: Problems, operands: np.ndarray, r: int) -> np.ndarray:
-        """(N, R) column carries, LSB first; 0 for operators without a carry chain.
+        """(N, R) column carries, LSB first; 0 for operators without a carry chain (// and %).
 
-        Modular "+" gets zeros too: its result is reduced mod p, so addition carries would not
-        explain its digits.
+        Seed 004 traces * only. + and - are traced here as well, alike: with the carries of +
+        written and the borrows of - not, a 2 x 64 model learned + (99.8 %) and not - (30 %),
+        whose answers first went wrong at the tens digit, the first one a borrow decides
+        (docs/notes/multi_op.md). Modular "+" gets zeros: its result is reduced mod p, so
+        addition carries would not explain its digits.
         """
         carries = np.zeros((len(p), r), dtype=np.int64)
         if self.task.name == "modular":
             return carries
         for i, sym in enumerate(op_symbols(self.task)):
             rows = np.flatnonzero(p.op == i)
-            if sym not in ("+", "*") or len(rows) == 0:
+            if sym not in TRACED or len(rows) == 0:
                 continue
-            step = _digits.add if sym == "+" else _digits.mul
-            c = step(operands[rows, 0], operands[rows, 1])[1][:, :r]
+            c = TRACED[sym](operands[rows, 0], operands[rows, 1])[:, :r]
             if c.max(initial=0) > MAX_TRACE_CARRY:
                 raise ValueError(f"carry_trace cannot write carry {c.max()} in two digits")
             carries[rows, : c.shape[1]] = c

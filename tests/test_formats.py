@@ -57,6 +57,13 @@ def test_carry_trace_seed_004_examples():
     ]
 
 
+def test_carry_trace_records_subtraction_borrows():
+    task = TaskConfig("multi_op", n_digits=3)
+    # 794 - 395 = 399: the ones and tens columns borrow; 395 - 794 writes the same, signed -
+    got = encode_text("carry_trace", task, [[794, 395], [395, 794]], ["-", "-"])
+    assert got == ["794- 395=+901901300000000000", "395- 794=-901901300000000000"]
+
+
 def test_carry_trace_records_addition_carries():
     task = TaskConfig("addition", n_digits=3)
     (text,) = encode_text("carry_trace", task, [[999, 1]])
@@ -121,6 +128,12 @@ def python_carries(a: int, b: int, op: str, r: int) -> list[int]:
     db = [int(x) for x in str(b)[::-1]]
     carries, carry = [], 0
     for col in range(r):
+        if op == "-":  # the borrows of |a - b|, larger minus smaller
+            big, small = (da, db) if a >= b else (db, da)
+            t = (big[col] if col < len(big) else 0) - (small[col] if col < len(small) else 0)
+            carry = int(t - carry < 0)
+            carries.append(carry)
+            continue
         if op == "+":
             s = (da[col] if col < len(da) else 0) + (db[col] if col < len(db) else 0)
         elif op == "*":
