@@ -15,7 +15,6 @@ import os
 import sys
 from pathlib import Path
 
-import yaml
 from mlflow.exceptions import MlflowException
 
 from arith.cli import HelpFormatter
@@ -31,9 +30,9 @@ from sweeps.analysis.collect import (
     write_outputs,
 )
 from sweeps.analysis.plots import CURVE_METRICS
+from sweeps.analysis.sources import read_spec_file, table_specs_of
 from sweeps.analysis.store import default_tracking_uri
 from sweeps.analysis.tables import default_table_specs
-from sweeps.spec.table_block import TableSpec, table_specs_from_block
 
 DEFAULT_OUT = "results"
 
@@ -68,23 +67,6 @@ def _target(sweep: str, out: str | None) -> tuple[str, Path, Path | None]:
     return sweep, Path(out or DEFAULT_OUT) / sweep, None
 
 
-def _load_spec_file(path: Path) -> dict | None:
-    try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise CollectError(f"{path}: not YAML ({' '.join(str(err).split())})") from None
-    return spec if isinstance(spec, dict) else None
-
-
-def _table_specs(spec: dict | None) -> tuple[list[TableSpec], str | None]:
-    """(table specs, sweep metric) from a parsed search-space file; ([], None) without one."""
-    if spec is None:
-        return [], None
-    sweep = spec.get("sweep") if isinstance(spec.get("sweep"), dict) else {}
-    metric = sweep.get("metric") if isinstance(sweep.get("metric"), str) else None
-    return table_specs_from_block(spec.get("table")), metric
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     uri = resolve_tracking_uri(args.tracking_uri)
@@ -93,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         client = open_client(uri)
         parent = find_parent_run(client, name, args.parent_run_id)
         if spec_dir is not None:
-            spec = _load_spec_file(spec_dir / "spec.yaml")
+            spec = read_spec_file(spec_dir / "spec.yaml")
         else:
             spec = spec_from_parent(client, parent)
-        specs, metric = _table_specs(spec)
+        specs, metric = table_specs_of(spec)
         runs = child_runs(client, parent)
         trials = trials_frame(runs)
         specs = specs or default_table_specs(trials, metric)

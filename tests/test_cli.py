@@ -122,7 +122,7 @@ def test_train_progress_bar_shows_the_running_loss_and_never_nan(tmp_path):
 
 
 COMMANDS = ["arith.train", "arith.predict", "arith.bench", "sweeps.run", "sweeps.table"]
-COMMANDS += ["sweeps.submit", "sweeps.bench", "sweeps.findings"]
+COMMANDS += ["sweeps.submit", "sweeps.bench", "sweeps.findings", "sweeps.compare"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

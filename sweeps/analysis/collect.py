@@ -22,7 +22,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
 from sweeps.analysis.convergence import CONVERGENCE_TAG, budget_key, convergence_column
-from sweeps.analysis.plots import CURVE_METRICS, plots_for
+from sweeps.analysis.plots import CURVE_METRICS, write_plots
 from sweeps.analysis.store import is_sqlite, sqlite_file
 from sweeps.analysis.table_fits import GroupFit, fit_note, table_fits, with_fit_columns
 from sweeps.analysis.tables import (
@@ -302,21 +302,34 @@ def write_outputs(
     paths = [out / "trials.csv", out / "table.md"]
     trials[front_first(trials.columns, axes, metric)].to_csv(paths[0], index=False)
     paths[1].write_text(render_tables(trials, specs, fits), encoding="utf-8")
-    csv_names = ["table.csv"] + ([f"table_{s.name}.csv" for s in specs] if len(specs) > 1 else [])
-    csv_specs = [specs[0]] + (list(specs) if len(specs) > 1 else [])
-    for name, spec in zip(csv_names, csv_specs, strict=True):
+    frames = table_frames(trials, specs, fits)
+    csv_names = {specs[0].name: ["table.csv"]}
+    if len(specs) > 1:
+        for spec in specs:
+            csv_names.setdefault(spec.name, []).append(f"table_{spec.name}.csv")
+    for name, frame in frames.items():
+        for csv_name in csv_names[name]:
+            frame.to_csv(out / csv_name, index=False)
+            paths.append(out / csv_name)
+    return paths + write_plots(trials, curves, specs, out, metric=metric, fits=fits)
+
+
+def table_frames(
+    trials: pd.DataFrame,
+    specs: Sequence[TableSpec],
+    fits: Mapping[str, list[GroupFit] | str] | None = None,
+) -> dict[str, pd.DataFrame]:
+    """Each table as table.csv holds it (one row per cell: its keys, ``<value>:<stat>`` and the
+    fit's columns), by table name; a table the trials cannot fill is left out."""
+    fits = table_fits(trials, specs) if fits is None and not trials.empty else fits or {}
+    frames = {}
+    for spec in specs:
         try:
             frame = summarise(trials, spec) if not trials.empty else pd.DataFrame()
         except ValueError:
             continue
-        frame = with_fit_columns(frame, fits.get(spec.name))
-        frame.to_csv(out / name, index=False)
-        paths.append(out / name)
-    if not trials.empty:
-        for stem, figure in plots_for(trials, curves, metric, specs, fits).items():
-            figure.savefig(out / f"{stem}.png", dpi=120)
-            paths.append(out / f"{stem}.png")
-    return paths
+        frames[spec.name] = with_fit_columns(frame, fits.get(spec.name))
+    return frames
 
 
 def swept_paths(raw_spec: dict | None) -> list[str]:

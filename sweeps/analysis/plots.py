@@ -7,6 +7,7 @@ CURVE_METRICS)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -29,6 +30,7 @@ from sweeps.analysis.plot_heatmaps import (
 from sweeps.analysis.plot_size import BUDGET, exact_match_vs_params, isoflop
 from sweeps.analysis.plot_style import MARKERS
 from sweeps.analysis.power_law import GroupFit
+from sweeps.analysis.table_fits import table_fits
 from sweeps.analysis.tables import primary_metric, select_trials, varied_axes
 from sweeps.spec.table_block import TableSpec
 
@@ -49,6 +51,7 @@ __all__ = [
     "training_curves",
     "trial_labels",
     "width_depth_heatmap",
+    "write_plots",
 ]
 
 
@@ -115,3 +118,25 @@ def _size_plot(
         fits=groups if drawn and isinstance(groups, list) else (),
         fit_spec=spec.fit if drawn else None,
     )
+
+
+def write_plots(
+    trials: pd.DataFrame,
+    curves: pd.DataFrame,
+    specs: Sequence[TableSpec],
+    out_dir: str | Path,
+    *,
+    metric: str | None = None,
+    fits: Mapping[str, list[GroupFit] | str] | None = None,
+) -> list[Path]:
+    """The sweep's plots (``plots_for``) as PNGs in ``out_dir``; their paths."""
+    if trials.empty:
+        return []
+    fits = table_fits(trials, specs) if fits is None else fits
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for stem, figure in plots_for(trials, curves, metric, specs, fits).items():
+        figure.savefig(out / f"{stem}.png", dpi=120)
+        paths.append(out / f"{stem}.png")
+    return paths
