@@ -17,6 +17,7 @@ from sweeps.analysis.tables import config_axes, format_key
 
 CELL_COLUMN = re.compile(r"^lengths/exact_match/(\d+)x(\d+)$")
 TRAINED_COLUMN = "task.n_digits"
+MAX_TICKS = 13
 
 
 def has_length_grid(trials: pd.DataFrame) -> bool:
@@ -46,6 +47,8 @@ def length_heatmap(trials: pd.DataFrame) -> Figure:
         image = ax.pcolormesh(_edges(cols), _edges(rows), np.ma.masked_invalid(grid),
                               cmap=cmap, vmin=0.0, vmax=1.0)  # fmt: skip
         _mark_trained(ax, part)
+        ax.set_xticks(_ticks(cols))
+        ax.set_yticks(_ticks(rows))
         ax.set_title(_panel_title(keys, key, part), fontsize="medium")
         ax.set_xlabel("digits of b")
         ax.set_aspect("equal")
@@ -64,6 +67,12 @@ def _edges(levels: list[int]) -> np.ndarray:
     mids = (values[1:] + values[:-1]) / 2
     first, last = values[0] - (mids[0] - values[0]), values[-1] + (values[-1] - mids[-1])
     return np.concatenate([[first], mids, [last]])
+
+
+def _ticks(levels: list[int]) -> list[int]:
+    """The grid's own lengths as ticks, thinned to about 13 so a 48-length axis stays legible."""
+    every = -(-len(levels) // MAX_TICKS)
+    return [*levels[:-1:every], levels[-1]] if every > 1 else levels
 
 
 def _mark_trained(ax, part: pd.DataFrame) -> None:
