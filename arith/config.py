@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from arith import dataconf
+from arith import dataconf, length_grid
 from arith.data import DataConfig
 from arith.errors import ConfigError, require
 from arith.formats import FormatConfig, check_abacus_table
@@ -62,6 +62,12 @@ class RunConfig:
             "data.longer_n_digits",
             f"task {task!r} has fixed operand sizes; longer operands need addition, "
             "multiplication or sorting",
+        )
+        require(
+            not (self.data.length_grid_max and task not in length_grid.TASKS),
+            "data.length_grid_max",
+            f"the grid sets the lengths of two operands ({' or '.join(length_grid.TASKS)}), "
+            f"but task.name is {task!r}",
         )
 
         require(

@@ -5,10 +5,10 @@ and every problem is assigned to exactly one split. Huge spaces (20-digit additi
 and a problem is kept for a split only if its key hashes there, so no problem can reach two
 splits whatever the sample sizes.
 
-The extra sets (``edge``, ``longer``, ``longer_val``, ``ood``, ``carry``) are drawn apart from
-the splits, so each is filtered against training afterwards: a training problem is dropped, and
-``Dataset.records`` keeps per set its size, what was dropped and its overlap with training
-measured again on what was kept (``data/<set>/...`` metrics).
+The extra sets (``edge``, ``longer``, ``longer_val``, ``ood``, ``carry``, ``length_grid``) are
+drawn apart from the splits, so each is filtered against training afterwards: a training problem
+is dropped, and ``Dataset.records`` keeps per set its size, what was dropped and its overlap
+with training measured again on what was kept (``data/<set>/...`` metrics).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arith import carries, tasks
+from arith import carries, length_grid, tasks
 from arith._sampling import mix64
 from arith.errors import require
 from arith.formats import Format, FormatConfig, build_format
@@ -57,6 +57,13 @@ class DataConfig:
     carry_size: int = 0
     """Also evaluate on a ``carry`` set of full-width additions with this many problems for each
     longest carry chain 0..n_digits (arith.carries), none of them a training problem; 0: off."""
+    length_grid_max: int = 0
+    """Also measure exact match on a grid of operand lengths (la, lb) up to this many digits,
+    once at the end (arith.length_grid: ``lengths/`` metrics); 0: off."""
+    length_grid_size: int = 8
+    """Problems per cell of the length grid, none of them a training problem."""
+    length_grid_step: int = 1
+    """The grid's lengths: 1, every this-many-th length and ``length_grid_max``."""
     seed: int | None = None
     """Seed of the split and the evaluation sets; ``None`` follows ``train.seed``."""
 
@@ -99,6 +106,9 @@ class DataConfig:
                 f"but got {[vlo, vhi]}",
             )
         require(self.carry_size >= 0, "data.carry_size", f"must be >= 0, got {self.carry_size}")
+        length_grid.check_settings(
+            self.length_grid_max, self.length_grid_size, self.length_grid_step
+        )
 
     def check_task(self, task: TaskConfig) -> None:
         """ConfigError unless every longer set is longer than any trained operand."""
@@ -115,7 +125,8 @@ class DataConfig:
     def longest_operand(self, task: TaskConfig) -> int:
         """Digits of the longest operand any set holds (training or evaluation)."""
         ranges = [r for r in (self.longer_n_digits, self.longer_val_n_digits) if r is not None]
-        return max([tasks.operand_width(task), *(hi for _, hi in ranges)])
+        widest = [tasks.operand_width(task), self.length_grid_max, *(hi for _, hi in ranges)]
+        return max(widest)
 
 
 # Every consumer of randomness draws from a numpy stream of its own, default_rng([seed, id]),
@@ -131,6 +142,8 @@ STREAM_TRAIN_SAMPLE = 4
 """The training problems decoded for train exact match (arith.trainer; ``train.seed``)."""
 STREAM_LONGER_VAL = 5
 """The ``longer_val`` set, apart so that adding it changes no other set."""
+STREAM_LENGTH_GRID = 6
+"""The length grid (arith.length_grid), apart so that adding it changes no other set."""
 
 OVERSAMPLE, MIN_DRAW = 1.2, 16
 """``sample_split`` draws 20 % more than the split's share should yield, and at least a few, so
@@ -145,9 +158,9 @@ class SetRecord:
     """What filtering one evaluation set against training did (``data/<set>/...`` metrics)."""
 
     before: int
-    """Problems drawn (for ``carry``: asked for, ``data.carry_size`` per chain)."""
+    """Problems drawn (``carry``, ``length_grid``: asked for, their size per chain or cell)."""
     dropped: int
-    """Problems left out as training problems (``carry``: short of what was asked)."""
+    """Problems left out as training problems (``carry``, ``length_grid``: short of the ask)."""
     size: int
     """Problems the set holds."""
     train_overlap: int
@@ -172,6 +185,9 @@ class Dataset:
     """``data.val_fraction`` and ``data.test_fraction``: where a key hashes to (``split_of``)."""
     enumerated: bool = False
     """The training pool is a whole enumerated split (else training problems hash to split 0)."""
+    length_grid: Problems | None = None
+    """The length grid's problems (arith.length_grid), measured apart from ``eval_sets``: its
+    metrics are per cell, not the breakdowns of a set."""
     records: dict[str, SetRecord] = field(default_factory=dict)
     """Per evaluation set: its size, what filtering dropped, its overlap with training."""
     notes: list[str] = field(default_factory=list)
@@ -188,6 +204,9 @@ class Dataset:
     def max_seq_len(self) -> int:
         """Longest sequence any set can produce: the model's context length."""
         lengths = [self.train_seq_len()]
+        if self.length_grid is not None:
+            widest = int(self.length_grid.operand_len.max())
+            lengths.append(self.format.max_seq_len(max(widest, self.task.n_digits)))
         for name, problems in self.eval_sets.items():
             widest = int(problems.operand_len.max()) if len(problems) else 1
             lengths.append(self.format_of(name).max_seq_len(max(widest, self.task.n_digits)))
@@ -211,17 +230,23 @@ class Dataset:
         return self._pool_keys[1]
 
     def add_set(self, name: str, problems: Problems, before: int | None = None) -> None:
-        """Add evaluation set ``name`` without its training problems, and record what that
-        dropped; a set left empty is left out with a note. ``before``: the size asked for, if
-        the set may come back short of it."""
+        """Add evaluation set ``name`` without its training problems (``held_out``)."""
+        kept = self.held_out(name, problems, before)
+        if kept is not None:
+            self.eval_sets[name] = kept
+
+    def held_out(self, name: str, problems: Problems, before: int | None = None) -> Problems | None:
+        """``problems`` without training problems, recording what that dropped as set
+        ``name``; None, with a note, when none is left. ``before``: the size asked for, if the
+        set may come back short of it."""
         kept = problems.take(np.flatnonzero(~self.is_training(problems)))
         before = len(problems) if before is None else before
         overlap = int(self.is_training(kept).sum())
         self.records[name] = SetRecord(before, before - len(kept), len(kept), overlap)
         if len(kept) == 0:
             self.note(f"the {name} set is left out: all {before} of its problems are training ones")
-            return
-        self.eval_sets[name] = kept
+            return None
+        return kept
 
     def note(self, text: str) -> None:
         """Keep ``text`` and warn with it, so a run's log (a trial's, under a sweep) shows it."""
@@ -273,6 +298,12 @@ def build_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: i
         dataset.add_set("val", sample_split(task, data, salt, 1, data.val_size, rng))
         dataset.add_set("test", sample_split(task, data, salt, 2, data.test_size, rng))
     _add_extra_sets(dataset, data, rng, data_seed)
+    if data.length_grid_max:
+        lengths = length_grid.grid_lengths(data.length_grid_max, data.length_grid_step)
+        own_rng = np.random.default_rng([data_seed, STREAM_LENGTH_GRID])
+        size = data.length_grid_size
+        grid = length_grid.grid_problems(task, lengths, size, own_rng, dataset.is_training)
+        dataset.length_grid = dataset.held_out("length_grid", grid, len(lengths) ** 2 * size)
     return dataset
 
 

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from arith import checkpoint as ckpt
+from arith import length_grid
 from arith.batches import BatchSource
 from arith.data import Dataset
-from arith.evaluate import evaluate_set
+from arith.evaluate import answer_ids, evaluate_set, exact_matches, generate_ids
 from arith.hardware import Throughput
 from arith.stopping import LoopState
 from arith.trainconf import TrainConfig
@@ -170,4 +171,19 @@ def _final_sets(model, dataset: Dataset, device) -> dict[str, float]:
         reference = dataset.format if fmt is not dataset.format else None
         for key, value in evaluate_set(model, fmt, problems, device, reference).items():
             out[f"{name}/{key}"] = value
+    out.update(length_grid.success_metrics(out))
+    if dataset.length_grid is not None:
+        out.update(_length_grid(model, dataset, device))
     return out
+
+
+@torch.no_grad()
+def _length_grid(model, dataset: Dataset, device) -> dict[str, float]:
+    """The length grid's cells and extrapolation ratio (arith.length_grid), greedy decoding."""
+    was_training = model.training
+    model.eval()
+    fmt, problems = dataset.format, dataset.length_grid
+    generated = generate_ids(model, fmt, problems, device)
+    exact = exact_matches(generated, answer_ids(fmt, problems), fmt)
+    model.train(was_training)
+    return length_grid.cell_metrics(problems, exact, dataset.task.n_digits)

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from arith import checkpoint as ckpt
+from arith import length_grid, tasks
 from arith import model as model_lib
-from arith import tasks
 from arith.batches import BatchSource
 from arith.cost import n_params, planned_steps, step_cost
 from arith.data import DATA_METRICS, STREAM_TRAIN_SAMPLE, Dataset, build_dataset, sample_split
@@ -84,6 +84,11 @@ def reported_metrics(config: RunConfig) -> set[str]:
         sets["carry"] = trained
     if data.ood_spacing:
         sets["ood"] = trained
+    if data.longer_n_digits:
+        names.add(length_grid.SUCCESS_KEY)
+    if data.length_grid_max:
+        names |= length_grid.metric_names(data.length_grid_max, data.length_grid_step)
+        names |= {f"data/length_grid/{key}" for key in DATA_METRICS}
     longest = data.longest_operand(task)
     for name, lengths in sets.items():
         keys = set_metric_names(

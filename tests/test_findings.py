@@ -146,6 +146,22 @@ def test_abacus_chooses_the_arm_on_validation_lengths_and_reports_the_others():
     )
 
 
+def test_abacus_counts_the_seeds_that_solve_longer_lengths_and_their_ratios():
+    trials = _arms(
+        ("abacus_bias", 0.995, 1.0), ("abacus_bias", 0.77, 1.0), ("abacus", 0.0, 0.0),
+        ("abacus", 0.0, 0.0),
+    )  # fmt: skip
+    sentences = CLAIMS["abacus_length"].check({"main": trials})
+    assert (
+        "Seeds reaching >= 99.0 % on the reported longer lengths: abacus 0 of 2, "
+        "abacus_bias 1 of 2."
+    ) in sentences
+    assert not any(s.startswith("Extrapolation ratio") for s in sentences)  # no grid measured
+    trials["lengths/extrapolation_ratio"] = [2.0, 1.5, 0.0, 0.125]
+    sentences = CLAIMS["abacus_length"].check({"main": trials})
+    assert sentences[-2].endswith("per seed: abacus 0 / 0.125; abacus_bias 2 / 1.5.")
+
+
 def test_abacus_says_not_measured_for_an_arm_that_did_not_run_and_an_unvalidated_choice():
     sentences = CLAIMS["abacus_length"].check(
         {"main": _arms(("learned", 0.0, None), ("abacus", 0.95, None))}

@@ -43,6 +43,7 @@ def sweep(tmp_path_factory):
             uri,
             "--set=sweep.metric=val/loss",
             "--set=sweep.mode=min",
+            "--set=base.data.length_grid_max=3",  # a 3 x 3 length grid, beyond the 2 trained
         ],
         cwd=tmp,
         capture_output=True,
@@ -97,6 +98,11 @@ def test_one_parent_and_a_child_per_trial(sweep):
         assert child.data.params["optim.betas"] == "[0.9, 0.98]"
         for key in ("n_params", "steps", "wall_time_s", "test/exact_match", "val/exact_match"):
             assert key in child.data.metrics, key
+        grid = {k for k in child.data.metrics if k.startswith("lengths/")}
+        assert {"lengths/extrapolation_ratio", "lengths/exact_match/3x1"} <= grid
+        assert len(grid) <= 3 * 3 + 1  # a cell per length pair and the ratio, no more
+    plots = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "plots")}
+    assert "length_heatmap.png" in plots
 
 
 def test_metric_history_has_steps_and_no_duplicates(sweep):
@@ -114,6 +120,7 @@ def test_output_folder(sweep):
     for name in ("trials.csv", "table.md", "table.csv"):
         assert (out / name).is_file(), name
     assert list(out.glob("*.png"))
+    assert (out / "length_heatmap.png").is_file()
     trials = (out / "trials.csv").read_text().splitlines()
     assert len(trials) == 5  # header + 4 trials
     assert "model.d_model" in trials[0]

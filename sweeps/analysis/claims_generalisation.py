@@ -10,12 +10,14 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from arith.length_grid import RATIO_KEY, SUCCESS
 from sweeps.analysis.claims_reading import (
     NOT_MEASURED,
     Frames,
     bar,
     chosen_cell,
     column,
+    is_measured,
     pct,
     per_cell,
     points,
@@ -60,7 +62,29 @@ def abacus_length(frames: Frames) -> list[str]:
     for name, (claim, ok) in ARM_BARS.items():
         why = "" if name in longer else " (the arm did not run)"
         out.append(f"{claim}: {bar(longer.get(name), ok)}{why}.")
-    return [*out, _abacus_choice(trials, arm)]
+    return [*out, *_across_seeds(trials, arm), _abacus_choice(trials, arm)]
+
+
+def _across_seeds(trials: pd.DataFrame, arm: str) -> list[str]:
+    """Per arm, the seeds that solve the reported longer lengths (>= 99 %: a mean over seeds
+    hides a recipe that works for some seeds only, Zhou et al. 2024), and the length grid's
+    extrapolation ratio per seed where the trials measured one (arith.length_grid)."""
+    if arm not in trials or not is_measured(trials, "longer/exact_match"):
+        return []
+    parts, ratios = [], []
+    for name, rows in trials.groupby(arm):
+        scores = column(rows, "longer/exact_match").dropna()
+        parts.append(f"{name} {int((scores >= SUCCESS).sum())} of {len(scores)}")
+        ratio = column(rows, RATIO_KEY).dropna()
+        if len(ratio):
+            ratios.append(f"{name} " + " / ".join(f"{r:g}" for r in ratio))
+    out = [f"Seeds reaching >= {pct(SUCCESS)} on the reported longer lengths: {', '.join(parts)}."]
+    if ratios:
+        out.append(
+            f"Extrapolation ratio (longest length up to which every length scores >= "
+            f"{pct(SUCCESS)}, over the trained length), per seed: {'; '.join(ratios)}."
+        )
+    return out
 
 
 def _abacus_choice(trials: pd.DataFrame, arm: str) -> str:

@@ -27,6 +27,7 @@ from sweeps.analysis.plot_heatmaps import (
     heatmap,
     width_depth_heatmap,
 )
+from sweeps.analysis.plot_lengths import has_length_grid, length_heatmap
 from sweeps.analysis.plot_size import BUDGET, exact_match_vs_params, isoflop
 from sweeps.analysis.plot_style import MARKERS
 from sweeps.analysis.power_law import GroupFit
@@ -47,6 +48,7 @@ __all__ = [
     "exact_match_vs_params",
     "heatmap",
     "isoflop",
+    "length_heatmap",
     "plots_for",
     "training_curves",
     "trial_labels",
@@ -66,7 +68,7 @@ def plots_for(
     metric against parameters over the cells of the first selected table (with its fit where
     it fits the metric against n_params); ``fit_<table>`` for every other fitted table; an
     isoFLOP plot where ``train.flops_budget`` varies; exact match by operand length where the
-    trials have a longer-than-trained set."""
+    trials have a longer-than-trained set; the length grid's heatmaps where they measured one."""
     if metric is None or "exact_match" not in metric:  # the figures are of exact match
         metric = primary_metric(trials)
     fits = fits or {}
@@ -91,6 +93,8 @@ def plots_for(
         figures["isoflop"] = isoflop(trials)
     if any(c.startswith("longer/") and LENGTH_COLUMN.match(c) for c in trials.columns):
         figures["exact_match_by_length"] = exact_match_by_length(trials)
+    if has_length_grid(trials):
+        figures["length_heatmap"] = length_heatmap(trials)
     if len(curves):
         figures["training_curves"] = training_curves(curves, labels=trial_labels(trials))
     return figures
