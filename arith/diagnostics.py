@@ -38,8 +38,8 @@ EMBEDDINGS_JSON = "embeddings.json"
 """What ``export`` writes, under these names (the artifact paths of a trial's MLflow run)."""
 
 MAX_SNAPSHOTS = 64
-"""Embedding snapshots kept at most; past this, every other one is dropped (the first and the
-last stay), so a long run's file stays small (64 x vocab x d floats)."""
+"""Embedding snapshots kept at most (the last aside); past this, every other one is dropped
+(``RunDiagnostics.stride``), so a long run's file stays small (64 x vocab x d floats)."""
 VALUE_BINS = 20
 """Bins of the answer-value histogram, shared by all sets of a run."""
 USED_SAMPLE = 4096

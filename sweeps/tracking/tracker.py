@@ -254,7 +254,7 @@ class MLflowTracker(Callback):
                 status = "TERMINATED" if spent else "EARLY_STOPPED"
                 reason = "time_budget" if spent else "scheduler"
                 self._log_fallback_summary(state, trial_id, config, trial, reason)
-            self._send_model(trial, trial_id, i)
+            self._send_files(trial, trial_id, i)
             self._end_child(state, status, "FINISHED", trial_id)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
@@ -300,7 +300,7 @@ class MLflowTracker(Callback):
         record = {"op": "end", "trial": trial_id, "tags": tags, "run_status": run_status}
         self._send({**record, "what": f"end of {trial_id}"})
 
-    def _send_model(self, trial, trial_id: str, member: int | None = None) -> None:
+    def _send_files(self, trial, trial_id: str, member: int | None = None) -> None:
         """The trial's final model (model.pt with its config) as the child run's ``model/``
         artifact, and its diagnostics (``sweeps.analysis.plot_diagnostics``: drawn here, on
         the driver) at the run's root: copied out of Tune's storage now, uploaded through the
