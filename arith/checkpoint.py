@@ -97,6 +97,16 @@ def member_dir(directory: str | Path, member: int, n_members: int) -> Path:
     return directory if n_members == 1 else directory / f"member-{member}"
 
 
+def member_folder(checkpoint_dir: str | Path, member: int | None) -> Path:
+    """The folder of a run's checkpoint that holds member ``member``'s own files (``None``:
+    an unpacked run's, the folder itself)."""
+    source = Path(checkpoint_dir)
+    n_members = 1
+    if member is not None and (source / FILE).is_file():
+        n_members = len(read(source)["loops"])
+    return member_dir(source, member or 0, n_members)
+
+
 def save_model(
     directory: str | Path, config: RunConfig, model: torch.nn.Module, weights: str, step: int
 ) -> Path:
@@ -116,11 +126,17 @@ def save_model(
 def _write(directory: Path, name: str, payload: dict[str, Any], config: dict[str, Any]) -> Path:
     """``payload`` saved as ``directory/name`` in one rename (a kill leaves the old file or the
     new one, never half of one), with the run's ``config.yaml`` beside it."""
-    tmp = directory / (name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, directory / name)
+    save_atomic(directory / name, payload)
     (directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return directory / name
+
+
+def save_atomic(path: Path, payload: Any) -> None:
+    """``payload`` saved with torch as ``path`` in one rename: a kill leaves the old file or
+    the new one, never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
 
 
 def read_model(path: str | Path) -> dict[str, Any]:
@@ -139,10 +155,7 @@ def export_model(checkpoint_dir: str | Path, into: str | Path, member: int | Non
     """
     source, into = Path(checkpoint_dir), Path(into)
     into.mkdir(parents=True, exist_ok=True)
-    n_members = 1
-    if member is not None and (source / FILE).is_file():
-        n_members = len(read(source)["loops"])
-    own = member_dir(source, member or 0, n_members)
+    own = member_folder(source, member)
     if (own / MODEL_FILE).is_file():
         payload = read_model(own)
     else:  # a checkpoint of a run stopped before its end: its last weights

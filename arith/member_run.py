@@ -16,6 +16,7 @@ from arith import checkpoint as ckpt
 from arith import length_grid
 from arith.batches import BatchSource
 from arith.data import Dataset
+from arith.diagnostics import RunDiagnostics, overlap_metrics
 from arith.evaluate import answer_ids, evaluate_set, exact_matches, generate_ids
 from arith.hardware import Throughput
 from arith.stopping import LoopState
@@ -38,6 +39,8 @@ class MemberRun:
     meter: Throughput
     cost: dict[str, int]
     """What one step costs (``step_cost``), for the summary's tokens and FLOPs."""
+    diagnostics: RunDiagnostics
+    """Its data's overlaps and histograms, and its embeddings at each evaluation."""
     state: LoopState = field(default_factory=LoopState)
     stop: str = "max_steps"
     running_loss: float = 0.0
@@ -80,6 +83,7 @@ def evaluate_member(
     end, measure the final sets on its chosen weights and save them to ``model_dir``."""
     tc = m.config.train
     last = m.at_end(step)
+    m.diagnostics.record(step, model, model_dir)  # before the checkpoint that goes with it
     metrics: dict[str, Any] = {"step": step, "epoch": _epoch(step, tc, m.dataset), "lr": lr}
     if m.running_count:
         metrics["train/loss"] = m.running_loss / m.running_count
@@ -116,6 +120,7 @@ def finish_member(m: MemberRun, model, step: int, device, model_dir: Path | None
     weights_step = state.best_step if state.best_weights is not None else step
     m.metrics = _final_sets(model, m.dataset, device)
     m.metrics.update(m.dataset.data_metrics())  # sizes and training overlap of each set
+    m.metrics.update(overlap_metrics(m.diagnostics.data))  # and the splits' with each other
     m.metrics.update(final_weights_step=weights_step, done=1)
     if model_dir is not None:
         ckpt.save_model(model_dir, m.config, model, state.final_weights, weights_step)

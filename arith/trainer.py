@@ -25,6 +25,7 @@ from arith import model as model_lib
 from arith.batches import BatchSource
 from arith.cost import n_params, planned_steps, step_cost
 from arith.data import DATA_METRICS, STREAM_TRAIN_SAMPLE, Dataset, build_dataset, sample_split
+from arith.diagnostics import SPLIT_PAIRS, RunDiagnostics
 from arith.errors import ConfigError
 from arith.evaluate import set_metric_names
 from arith.formats import longest_digit_run
@@ -100,6 +101,7 @@ def reported_metrics(config: RunConfig) -> set[str]:
         )
         names |= {f"{name}/{key}" for key in keys}
         names |= {f"data/{name}/{key}" for key in DATA_METRICS}
+    names |= {f"data/{name}/{other}_overlap" for name, other in SPLIT_PAIRS}
     return names
 
 
@@ -234,15 +236,18 @@ def _build_member(config: RunConfig, device: torch.device) -> tuple[MemberRun, m
     dataset = build_dataset(config.task, config.format, config.data, tc.seed)
     model = build_model(config, dataset).to(device)
     cost = step_cost(config)
+    train_sample = _train_eval_sample(dataset, config, tc)
+    train = dataset.train_pool if dataset.train_pool is not None else train_sample
     member = MemberRun(
         config=config,
         dataset=dataset,
         max_steps=_total_steps(config, dataset),
         batches=BatchSource(dataset, config.data, tc.batch_size, tc.seed),
         generator=torch.Generator().manual_seed(tc.seed + ABACUS_OFFSET_SEED),
-        train_sample=_train_eval_sample(dataset, config, tc),
+        train_sample=train_sample,
         meter=Throughput(cost["flops_per_token"], None),
         cost=cost,
+        diagnostics=RunDiagnostics.build(dataset, train),
     )
     return member, model
 
@@ -252,9 +257,10 @@ def _resume(path, model, optimizer: PackedAdamW, members: list[MemberRun]) -> No
     states = ckpt.load(
         path, model, optimizer, [m.batches for m in members], [m.generator for m in members]
     )
-    for member, state in zip(members, states, strict=True):
+    for i, (member, state) in enumerate(zip(members, states, strict=True)):
         member.state, member.stop = state, state.stopped_reason or "max_steps"
         member.metrics = dict(state.final_metrics or {})  # a stopped member keeps its report
+        member.diagnostics.restore(ckpt.member_dir(path, i, len(members)))
 
 
 def _save(directory, configs, model, optimizer, members: list[MemberRun], step, elapsed) -> None:

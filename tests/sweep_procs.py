@@ -109,6 +109,20 @@ def assert_no_duplicate_steps(uri: str, runs) -> int:
     return checked
 
 
+def assert_diagnostics_logged(client: MlflowClient, run) -> None:
+    """A trial's data diagnostics and embedding trajectories (sweeps.analysis.plot_diagnostics)
+    on its run: no evaluation set shares a problem with training, nor test with validation."""
+    overlaps = {k: v for k, v in run.data.metrics.items() if k.endswith("_overlap")}
+    assert {"data/val/train_overlap", "data/test/train_overlap", "data/test/val_overlap"} <= set(
+        overlaps
+    ), overlaps
+    assert set(overlaps.values()) == {0.0}, overlaps
+    root = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"embeddings.png", "embeddings.json"} <= root, root
+    diagnostics = {a.path for a in client.list_artifacts(run.info.run_id, "diagnostics")}
+    assert diagnostics == {f"diagnostics/{n}" for n in ("answers.png", "carries.png", "data.json")}
+
+
 def free_port() -> int:
     import socket
 

@@ -4,9 +4,11 @@ table), and the combinations it does not support are refused in one line before 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,6 +16,7 @@ from mlflow import MlflowClient
 from sweep_procs import (
     ROOT,
     SMOKE,
+    assert_diagnostics_logged,
     assert_no_duplicate_steps,
     call_main,
     children,
@@ -135,6 +138,12 @@ def test_a_packed_sweep_reads_like_the_unpacked_one(tmp_path):
             "model/model.pt",
             "model/config.yaml",
         }
+        assert_diagnostics_logged(client, r)  # each member its own
+    tracks = [
+        json.loads(Path(client.download_artifacts(r.info.run_id, "embeddings.json")).read_text())
+        for r in runs
+    ]
+    assert len({json.dumps(t["coords"]) for t in tracks}) == len(runs)  # each member's own path
     assert_no_duplicate_steps(uri, runs)
 
     # trials.csv: a row per member; its metrics and the table equal trials trained alone.

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 from mlflow import MlflowClient
+from sweep_procs import assert_diagnostics_logged
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
@@ -212,6 +213,7 @@ def test_every_trial_logs_its_model_and_the_best_one_answers(sweep):
         names = {Path(a.path).name for a in client.list_artifacts(child.info.run_id, "model")}
         assert names == {"model.pt", "config.yaml"}, child.data.tags["sweep.trial_id"]
         assert child.data.tags["sweep.final_weights"] == "last"  # no early stopping in smoke
+        assert_diagnostics_logged(client, child)
     line = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("ask its model:"))
     command = shlex.split(line.removeprefix("ask its model:"))
     assert command[:4] == ["python", "-m", "arith.predict", command[3]]

@@ -98,7 +98,7 @@ def still_missing(trials: dict[str, TrialState], record: Record) -> Record | Non
         return None if state.params else record
     if op == "running":
         return None  # Tune sets a trial it restarts running again
-    if op == "model":  # uploading it again replaces the same files
+    if op in ("model", "files"):  # uploading them again replaces the same files
         return record if Path(record["folder"]).is_dir() else None
     if op == "metrics" and record.get("summary"):
         if state.summary:

@@ -254,7 +254,7 @@ class MLflowTracker(Callback):
                 status = "TERMINATED" if spent else "EARLY_STOPPED"
                 reason = "time_budget" if spent else "scheduler"
                 self._log_fallback_summary(state, trial_id, config, trial, reason)
-            self._send_model(trial, trial_id, i)
+            self._send_files(trial, trial_id, i)
             self._end_child(state, status, "FINISHED", trial_id)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
@@ -300,23 +300,37 @@ class MLflowTracker(Callback):
         record = {"op": "end", "trial": trial_id, "tags": tags, "run_status": run_status}
         self._send({**record, "what": f"end of {trial_id}"})
 
-    def _send_model(self, trial, trial_id: str, member: int | None = None) -> None:
+    def _send_files(self, trial, trial_id: str, member: int | None = None) -> None:
         """The trial's final model (model.pt with its config) as the child run's ``model/``
-        artifact: copied out of Tune's storage now, uploaded through the outbox. ``member``:
-        its position in the pack whose checkpoint holds it (packed sweeps)."""
+        artifact, and its diagnostics (``sweeps.analysis.plot_diagnostics``: drawn here, on
+        the driver) at the run's root: copied out of Tune's storage now, uploaded through the
+        outbox. ``member``: its position in the pack whose checkpoint holds it (packed sweeps)."""
         checkpoint = getattr(trial, "checkpoint", None)
         if self.model_dir is None or checkpoint is None:
             return
         from arith.checkpoint import export_model
+        from sweeps.analysis.plot_diagnostics import write_diagnostics
 
         folder = self.model_dir / trial_id
-        try:
-            with checkpoint.as_directory() as local:
+        extra = self.model_dir.parent / "diagnostics" / trial_id
+        with checkpoint.as_directory() as local:
+            try:
                 export_model(local, folder, member)
-        except Exception as err:  # a model lost must not stop the sweep; say so
-            print(f"warning: no model for {trial_id}: {one_line(err)}", file=sys.stderr)
-            return
-        self._send(
-            {"op": "model", "trial": trial_id, "folder": str(folder),
-             "what": f"model of {trial_id}"}
-        )  # fmt: skip
+            except Exception as err:  # a model lost must not stop the sweep; say so
+                print(f"warning: no model for {trial_id}: {one_line(err)}", file=sys.stderr)
+                folder = None
+            try:
+                drawn = write_diagnostics(Path(local), extra, member)
+            except Exception as err:  # nor diagnostics lost
+                print(f"warning: no diagnostics for {trial_id}: {one_line(err)}", file=sys.stderr)
+                drawn = []
+        if folder is not None:
+            self._send(
+                {"op": "model", "trial": trial_id, "folder": str(folder),
+                 "what": f"model of {trial_id}"}
+            )  # fmt: skip
+        if drawn:
+            self._send(
+                {"op": "files", "trial": trial_id, "folder": str(extra),
+                 "what": f"diagnostics of {trial_id}"}
+            )  # fmt: skip

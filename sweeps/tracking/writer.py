@@ -114,6 +114,8 @@ class MLflowWriter:
             self._log_text(record["run_id"], record["text"], "spec.yaml")
         elif op == "model":  # the trial's final model, copied out of Tune's storage
             self.client.log_artifacts(state.run_id, record["folder"], "model")
+        elif op == "files":  # the trial's diagnostics, laid out as its run holds them
+            self.client.log_artifacts(state.run_id, record["folder"])
         elif op == "outputs":
             from sweeps.analysis.collect import log_outputs_to_parent
 

@@ -1,0 +1,136 @@
+"""A trial's diagnostics drawn: its data (answers, carry chains) and its embeddings' paths.
+
+``arith.diagnostics`` measures them as numbers; ``write_diagnostics`` (run on the driver, on a
+trial's checkpoint) exports those numbers and draws these figures beside them:
+
+- ``diagnostics/answers.png``: the answer's value and length, training against each
+  evaluation set, as shares of the set (training holds far more problems);
+- ``diagnostics/carries.png``: the longest carry chain, the same way;
+- ``embeddings.png``: each token's embedding at every evaluation on the two principal
+  components of the final table, a line per token from a circle (start) to a square (end),
+  labelled with the token's text (seed 001).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+
+from arith import diagnostics as arith_diagnostics
+from sweeps.analysis.plot_style import MARKERS
+
+MARGINS = {"left": 0.1, "right": 0.97, "bottom": 0.14, "top": 0.88}
+"""Fixed margins: the driver draws these for every trial as it ends, and ``tight_layout``
+would double the time of each figure."""
+NO_CHAIN = "-1"
+"""``arith.diagnostics``'s carry-chain key of a problem whose operation has none."""
+
+
+def _shares(counts: list[int] | np.ndarray) -> np.ndarray:
+    counts = np.asarray(counts, dtype=float)
+    return counts / max(counts.sum(), 1.0)
+
+
+def _grouped_bars(ax, labels: list[str], shares: dict[str, np.ndarray]) -> None:
+    """One bar per set side by side at each label, training first."""
+    width = 0.8 / max(len(shares), 1)
+    x = np.arange(len(labels))
+    for i, (name, values) in enumerate(shares.items()):
+        ax.bar(x + (i - (len(shares) - 1) / 2) * width, values, width, label=name)
+    ax.set_xticks(x, labels, fontsize=7, rotation=90 if len(labels) > 12 else 0)
+    ax.set_ylabel("share of the set")
+
+
+def _keyed_shares(sets: dict[str, Any], key: str) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Counts ``{value: n}`` of every set on the union of their values, as shares."""
+    values = sorted({int(v) for s in sets.values() for v in s[key]})
+    shares = {name: _shares([s[key].get(str(v), 0) for v in values]) for name, s in sets.items()}
+    return [str(v) for v in values], shares
+
+
+def answers_figure(data: dict[str, Any]) -> Figure:
+    """The answer's value (the run's common bins) and length, per set."""
+    sets = data["sets"]
+    fig = Figure(figsize=(11, 4))
+    value_ax, length_ax = fig.subplots(1, 2)
+    edges = np.asarray(data["value_edges"])
+    centres, width = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
+    for i, (name, s) in enumerate(sets.items()):
+        shares = _shares(s["answer_value"])
+        value_ax.step(centres, shares, where="mid", label=f"{name} ({s['size']})")
+        value_ax.plot(centres, shares, MARKERS[i % len(MARKERS)], markersize=3, color="C" + str(i))
+    value_ax.set_xlim(edges[0] - width[0] / 2, edges[-1] + width[-1] / 2)
+    value_ax.set_xlabel("answer value")
+    value_ax.set_ylabel("share of the set")
+    value_ax.legend(fontsize=7)
+    labels, shares = _keyed_shares(sets, "answer_length")
+    _grouped_bars(length_ax, labels, shares)
+    length_ax.set_xlabel("answer length (digits)")
+    fig.suptitle("answers: training against each evaluation set")
+    fig.subplots_adjust(**MARGINS, wspace=0.25)
+    return fig
+
+
+def carries_figure(data: dict[str, Any]) -> Figure:
+    """The longest carry (or borrow) chain, per set; ``none`` for operations without one."""
+    labels, shares = _keyed_shares(data["sets"], "carry_chain")
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    _grouped_bars(ax, ["none" if v == NO_CHAIN else v for v in labels], shares)
+    ax.set_xlabel("longest carry chain (columns)")
+    ax.legend(fontsize=7)
+    overlap = ", ".join(
+        f"{name}∩{other} {n}" for name, pair in data["overlap"].items() for other, n in pair.items()
+    )
+    ax.set_title(f"carry chains (overlaps: {overlap})", fontsize=8)
+    fig.subplots_adjust(**MARGINS)
+    return fig
+
+
+def embeddings_figure(track: dict[str, Any]) -> Figure:
+    """A line per token used in training through its (PC1, PC2) at each evaluation, from a
+    circle at the first to a square at the last, labelled with the token's text there."""
+    fig = Figure(figsize=(7, 6))
+    ax = fig.subplots()
+    coords = np.asarray(track["coords"])  # (vocab, S, k)
+    if coords.shape[2] == 1:  # a one-wide table has one component
+        coords = np.concatenate([coords, np.zeros_like(coords)], axis=2)
+    palette = colormaps["tab20"]  # more tokens than the default cycle's 10 colours
+    for n, token in enumerate(track["used"] or range(len(track["tokens"]))):
+        path, colour = coords[token], palette(n % palette.N)
+        ax.plot(path[:, 0], path[:, 1], "-", color=colour, linewidth=0.8, alpha=0.7)
+        ax.plot(*path[0], "o", color=colour, markersize=3, alpha=0.6)
+        ax.plot(*path[-1], "s", color=colour, markersize=5)
+        text = track["tokens"][token]
+        ax.annotate(text if text.strip() else "␣", path[-1], fontsize=8, xytext=(3, 3),
+                    textcoords="offset points")  # fmt: skip
+    pc1, pc2 = [*track["explained_variance"], 0.0][:2]
+    ax.set_xlabel(f"PC1 of the final embeddings ({pc1:.0%})")
+    ax.set_ylabel(f"PC2 ({pc2:.0%})")
+    steps = track["steps"]
+    ax.set_title(f"token embeddings, steps {steps[0]} (o) to {steps[-1]} (■)", fontsize=9)
+    fig.subplots_adjust(**MARGINS)
+    return fig
+
+
+def write_diagnostics(checkpoint_dir: Path, into: Path, member: int | None = None) -> list[Path]:
+    """The numbers of a trial's checkpoint (``arith.diagnostics.export``) and their figures,
+    under ``into`` as the trial's run lays them out; the files (none without diagnostics)."""
+    written = arith_diagnostics.export(checkpoint_dir, into, member)
+    figures: dict[str, Figure] = {}
+    for path in written:
+        numbers = json.loads(path.read_text())
+        if path.name == Path(arith_diagnostics.DATA_JSON).name:
+            figures["diagnostics/answers.png"] = answers_figure(numbers)
+            figures["diagnostics/carries.png"] = carries_figure(numbers)
+        else:
+            figures["embeddings.png"] = embeddings_figure(numbers)
+    for name, fig in figures.items():
+        fig.savefig(into / name, dpi=100)
+        written.append(into / name)
+    return written
