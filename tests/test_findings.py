@@ -375,3 +375,26 @@ def test_a_space_not_in_this_store_keeps_its_earlier_section_marked_as_kept(tmp_
     assert "_Kept" not in report.split("\n## batch_lr\n")[1].split("\n## ")[0]
     assert findings.main([*args, "--out", str(docs)]) == 0
     assert (docs / "findings.md").read_text().count("_Kept from the previous report") == 1
+
+
+def test_multi_op_check_reads_the_size_ladder_and_the_one_model_bar():
+    names = [f"test/exact_match/{op}" for op in ["add", "sub", "mul", "floordiv", "mod"]]
+    rows = [
+        [30_000, 0.5, 1.0, 0.6, 0.0, 0.9, 0.8],
+        [100_000, 0.8, 1.0, 0.995, 0.55, 0.99, 0.991],
+        [400_000, 0.7, 1.0, 0.999, 0.9, 0.999, 0.999],  # better on test, worse on validation
+    ]
+    trials = pd.DataFrame(rows, columns=["n_params", "val/exact_match", *names])
+    sentences = CLAIMS["multi_op"].check({"main": trials})
+    assert sentences[0] == (
+        "30,000 parameters: add 100.0 %, sub 60.0 %, mul 0.0 %, floordiv 90.0 %, mod 80.0 %."
+    )
+    assert sentences[3] == "* reaches 50.0 % first at 100,000 parameters."
+    # chosen on validation: the 100K model, whose test figures all clear 99 %
+    assert sentences[4].startswith("The best trial on validation (100,000 parameters)")
+    assert sentences[4].endswith("each of + - // % >= 99.0 %: **met**.")
+    trials.loc[1, "test/exact_match/sub"] = 0.98
+    trials["test/exact_match/mul"] = 0.1
+    sentences = CLAIMS["multi_op"].check({"main": trials})
+    assert sentences[3] == "* stays below 50.0 % up to 400,000 parameters (the ladder's top)."
+    assert sentences[4].endswith("**not met**.")

@@ -94,7 +94,7 @@ CLAIMS: dict[str, Claim] = {
             "multi_op",
             "004",
             "One ~10M-parameter model learns + - * // % on 3-digit operands with carry traces, "
-            "early-stopped at 99 %; operation weights favour the hard operations.",
+            "early-stopped at 99 %; * is the hardest and needs the most parameters.",
             claims_generalisation.multi_op,
         ),
         Claim(

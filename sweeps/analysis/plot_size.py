@@ -197,3 +197,29 @@ def isoflop(trials: pd.DataFrame, metric: str | None = None) -> Figure:
     if budgets:
         ax.legend(title=BUDGET, fontsize="small")
     return fig
+
+
+def exact_match_by_op(trials: pd.DataFrame, split: str = "test") -> Figure:
+    """Each operation's ``<split>/exact_match/<op>`` against parameters, a line per operation
+    (mean over the trials of a size, a faint point per trial): the size ladder at which an
+    operation emerges (seed 004's one model for + - * // %)."""
+    from arith.evaluate import OP_NAMES
+
+    fig = Figure(figsize=(7.0, 4.8), layout="constrained")
+    ax = fig.add_subplot()
+    columns = [c for op in OP_NAMES.values() if (c := f"{split}/exact_match/{op}") in trials]
+    colours = matplotlib.colormaps["tab10"](np.arange(len(columns)))
+    for colour, column in zip(colours, columns, strict=True):
+        data = trials.dropna(subset=["n_params", column])
+        means = data.groupby("n_params")[column].mean()
+        ax.scatter(data["n_params"], data[column], color=colour, alpha=0.3, s=12)
+        ax.plot(means.index, means.values, marker="o", color=colour, label=column.split("/")[-1])
+    ax.set_xscale("log")
+    readable_log_ticks(ax.xaxis)
+    ax.set_xlabel("parameters (n_params)")
+    ax.set_ylabel(f"{split}/exact_match per operation")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="small", loc="best")
+    ax.set_title(f"{split} exact match per operation vs parameters ({len(trials)} trials)")
+    return fig

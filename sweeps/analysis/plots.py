@@ -28,7 +28,7 @@ from sweeps.analysis.plot_heatmaps import (
     width_depth_heatmap,
 )
 from sweeps.analysis.plot_lengths import has_length_grid, length_heatmap
-from sweeps.analysis.plot_size import BUDGET, exact_match_vs_params, isoflop
+from sweeps.analysis.plot_size import BUDGET, exact_match_by_op, exact_match_vs_params, isoflop
 from sweeps.analysis.plot_style import MARKERS
 from sweeps.analysis.power_law import GroupFit
 from sweeps.analysis.table_fits import table_fits
@@ -45,6 +45,7 @@ __all__ = [
     "WIDTH_DEPTH",
     "batch_lr_heatmap",
     "exact_match_by_length",
+    "exact_match_by_op",
     "exact_match_vs_params",
     "heatmap",
     "isoflop",
@@ -67,8 +68,10 @@ def plots_for(
     """The plots this sweep supports, by file stem: heatmaps only where both axes vary; the
     metric against parameters over the cells of the first selected table (with its fit where
     it fits the metric against n_params); ``fit_<table>`` for every other fitted table; an
-    isoFLOP plot where ``train.flops_budget`` varies; exact match by operand length where the
-    trials have a longer-than-trained set; the length grid's heatmaps where they measured one."""
+    isoFLOP plot where ``train.flops_budget`` varies; each operation's exact match against
+    parameters where a multi-operation sweep varies the size; exact match by operand length
+    where the trials have a longer-than-trained set; the length grid's heatmaps where they
+    measured one."""
     if metric is None or "exact_match" not in metric:  # the figures are of exact match
         metric = primary_metric(trials)
     fits = fits or {}
@@ -80,6 +83,8 @@ def plots_for(
     shown = shown or overlay
     if has_metric and "n_params" in trials.columns and trials["n_params"].notna().any():
         figures["exact_match_vs_params"] = _size_plot(trials, metric, "n_params", shown, fits)
+        if "test/exact_match/mul" in trials and trials["n_params"].nunique() > 1:
+            figures["exact_match_by_op"] = exact_match_by_op(trials)
     for spec in specs:
         if spec.fit is None or spec is overlay:
             continue
