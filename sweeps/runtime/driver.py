@@ -15,6 +15,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sweeps.runtime import extend as extending
 from sweeps.runtime import preflight, tuning
 from sweeps.runtime.outputs import finish
 from sweeps.runtime.tuner import build_tuner
@@ -29,14 +30,17 @@ def run_sweep(
     address: str | None = None,
     resume: bool = False,
     overwrite: bool = False,
+    extend: bool = False,
+    reuse_stale: bool = False,
     storage: str | None = None,
     storage_shared: bool = False,
     timings: dict[str, float] | None = None,
     reuse_actors: bool = tuning.REUSE_ACTORS,
 ) -> int:
-    """Run (or with ``resume``, continue) the sweep and write its outputs; returns the exit
-    code. ``timings`` (if given) receives the seconds of each phase: startup (Ray, MLflow),
-    tune, outputs. ``reuse_actors``: Tune's setting (``sweeps.bench`` compares both)."""
+    """Run (or with ``resume``, continue; with ``extend``, extend: ``sweeps.runtime.extend``)
+    the sweep and write its outputs; returns the exit code. ``timings`` (if given) receives the
+    seconds of each phase: startup (Ray, MLflow), tune, outputs. ``reuse_actors``: Tune's
+    setting (``sweeps.bench`` compares both)."""
     from sweeps.cluster import connection as cluster
 
     _quiet_logs()
@@ -46,14 +50,25 @@ def run_sweep(
     # or nothing to resume, is one line.
     try:
         parent_id = preflight.check_before_ray(
-            spec, out_dir, tracking_uri, address, storage, resume=resume, overwrite=overwrite
+            spec,
+            out_dir,
+            tracking_uri,
+            address,
+            storage,
+            resume=resume,
+            overwrite=overwrite,
+            extend=extend,
         )
+        plan = None
+        if extend:
+            plan = extending.begin(spec, out_dir, tracking_uri, storage, reuse_stale=reuse_stale)
+            parent_id = plan.parent_id
     except preflight.refusals() as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     import ray
 
-    started_ray = not ray.is_initialized()
+    started_ray = not ray.is_initialized() and (plan is None or bool(plan.split.train))
     storage = cluster.storage_path(storage, out_dir)
     connect = started_ray and address
     if connect and not preflight.connect_cluster(address, storage, shared=storage_shared):
@@ -68,8 +83,11 @@ def run_sweep(
         storage=storage,
         reuse_actors=reuse_actors,
         slots=slots,
+        points=None if plan is None else plan.split.train,
     )
     _start(spec, tracker, out_dir, parent_id, local_ray=started_ray and not address, slots=slots)
+    if plan is not None:
+        extending.apply(spec, tracker, plan)
     timings["startup"] = time.perf_counter() - start
     try:
         return finish(spec, tuner, tracker, out_dir, timings)

@@ -25,7 +25,7 @@ def finish(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, fl
     parent_id, tracking_uri = tracker.parent_run_id, tracker.tracking_uri
     status = "FAILED"
     try:
-        results = tuner.fit()
+        results = tuner.fit() if tuner is not None else []  # an --extend that trains none
         timings["tune"] = time.perf_counter() - start
         if not tracker.outbox.drain(tracker.drain_timeout_s):
             print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
