@@ -46,26 +46,11 @@ def run_sweep(
     _quiet_logs()
     timings = {} if timings is None else timings
     start = time.perf_counter()
-    # Before Ray starts: a Ray this project does not support, a store that cannot be reached,
-    # or nothing to resume, is one line.
-    try:
-        parent_id = preflight.check_before_ray(
-            spec,
-            out_dir,
-            tracking_uri,
-            address,
-            storage,
-            resume=resume,
-            overwrite=overwrite,
-            extend=extend,
-        )
-        plan = None
-        if extend:
-            plan = extending.begin(spec, out_dir, tracking_uri, storage, reuse_stale=reuse_stale)
-            parent_id = plan.parent_id
-    except preflight.refusals() as err:
-        print(f"error: {err}", file=sys.stderr)
+    modes = {"resume": resume, "overwrite": overwrite, "extend": extend}
+    begun = _before_ray(spec, out_dir, tracking_uri, address, storage, modes, reuse_stale)
+    if begun is None:
         return 2
+    parent_id, plan = begun
     import ray
 
     started_ray = not ray.is_initialized() and (plan is None or bool(plan.split.train))
@@ -94,6 +79,31 @@ def run_sweep(
     finally:
         if started_ray:
             ray.shutdown()  # on a cluster we connected to: disconnects, the cluster stays
+
+
+def _before_ray(
+    spec: SweepSpec,
+    out_dir: Path,
+    tracking_uri: str,
+    address: str | None,
+    storage: str | None,
+    modes: dict[str, bool],
+    reuse_stale: bool,
+) -> tuple[str | None, extending.Extension | None] | None:
+    """(the parent run to continue, the --extend's plan) or, the error printed, None: a Ray
+    this project does not support, a store that cannot be reached, nothing to resume or to
+    extend, is one line before Ray starts."""
+    try:
+        parent_id = preflight.check_before_ray(
+            spec, out_dir, tracking_uri, address, storage, **modes
+        )
+        if not modes["extend"]:
+            return parent_id, None
+        plan = extending.begin(spec, out_dir, tracking_uri, storage, reuse_stale=reuse_stale)
+        return plan.parent_id, plan
+    except preflight.refusals() as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
 
 
 def _note_max_concurrent(spec: SweepSpec, address: str | None, slots: bool) -> None:

@@ -36,6 +36,7 @@ from sweeps.spec.sweep_spec import SweepSpec
 
 NOT_IN_SPEC = "not in the spec of --extend round {round}"
 NOT_FINISHED = "did not finish: trained again in --extend round {round}"
+DUPLICATE = "another finished run of this trial is used from --extend round {round}"
 OTHER_CODE = "trained by other arith code ({code}): trained again in --extend round {round}"
 
 
@@ -95,17 +96,18 @@ def split(
             result.train.append(point)
     used = {run.run_id for run in matched.values()}
     wanted_keys = {key for _, key in wanted}
+    trained_keys = {key for i, (_, key) in enumerate(wanted) if i not in matched}
     for run in runs:
         if run.run_id in used:
             continue
         if run.key not in wanted_keys:
             why = NOT_IN_SPEC
+        elif run.key not in trained_keys:  # its trial is reused from another run
+            why = DUPLICATE
         elif not run.finished:
             why = NOT_FINISHED
-        elif run.code != code:
+        else:
             why = OTHER_CODE
-        else:  # a repeat more than the spec asks for now
-            why = NOT_IN_SPEC
         result.left_out[run.run_id] = why.format(round=round_, code=run.code)
     return result
 

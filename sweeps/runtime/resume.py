@@ -287,7 +287,7 @@ def refuse_earlier(spec: SweepSpec, where: str, out_dir: Path, tracking_uri: str
     overwrite = "start over with --overwrite (deletes that sweep's outputs and checkpoints; "
     overwrite += "its MLflow runs stay)"
     if status.endswith("finished"):
-        advice = f"{overwrite}, or pass another --out"
+        advice = f"{overwrite}, train only its new trials with --extend, or pass another --out"
     else:
         advice = f"continue it with --resume, or {overwrite}"
     return SweepError(f"sweep {spec.name!r} already ran in {where}{status}; {advice}")
