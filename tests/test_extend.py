@@ -14,6 +14,7 @@ from arith.config import from_dict
 from sweeps.analysis.collect import code_note
 from sweeps.runtime.extend import (
     DUPLICATE,
+    NO_KEY,
     NOT_FINISHED,
     NOT_IN_SPEC,
     ChildRun,
@@ -90,6 +91,13 @@ def test_unfinished_runs_are_retrained_and_removed_values_left_out():
         "err": NOT_FINISHED.format(round=1),
         "gone": NOT_IN_SPEC.format(round=1),
     }
+
+
+def test_runs_without_a_config_key_are_never_reused():
+    """Child runs logged before sweep.config_key existed: their trials are trained again."""
+    found = split(_wanted("k1"), [_run("old", None)], CODE, round_=1, reuse_stale=True)
+    assert found.reused == [] and found.train == [{"model.d_model": 0}]
+    assert found.left_out == {"old": NO_KEY.format(round=1)}
 
 
 def test_repeats_of_one_config_need_one_run_each():

@@ -36,6 +36,7 @@ from sweeps.spec.sweep_spec import SweepSpec
 
 NOT_IN_SPEC = "not in the spec of --extend round {round}"
 NOT_FINISHED = "did not finish: trained again in --extend round {round}"
+NO_KEY = f"logged without {CONFIG_KEY_TAG}: its trial is trained again in --extend round {{round}}"
 DUPLICATE = "another finished run of this trial is used from --extend round {round}"
 OTHER_CODE = "trained by other arith code ({code}): trained again in --extend round {round}"
 
@@ -100,7 +101,9 @@ def split(
     for run in runs:
         if run.run_id in used:
             continue
-        if run.key not in wanted_keys:
+        if run.key is None:
+            why = NO_KEY
+        elif run.key not in wanted_keys:
             why = NOT_IN_SPEC
         elif run.key not in trained_keys:  # its trial is reused from another run
             why = DUPLICATE
@@ -194,6 +197,7 @@ def preview(
     spec: SweepSpec, out_dir: Path, tracking_uri: str, storage: str | None, *, reuse_stale: bool
 ) -> str:
     """What ``--dry-run --extend`` adds to the dry run: the split, nothing written."""
+    resume.preflight(tracking_uri)
     parent_id, round_ = parent_to_extend(spec, out_dir, tracking_uri, storage)
     found, _ = plan(spec, tracking_uri, parent_id, round_, reuse_stale=reuse_stale)
     return "\n".join(describe_split(spec, found, round_))

@@ -7,6 +7,8 @@
 - ``parent_to_resume``: the parent run a ``--resume`` continues (the id saved in ``sweep.json``,
   which must be in the store; without one, the newest unfinished parent of the experiment), or
   a one-line reason why there is nothing to resume.
+- ``tune_name``: the Tune experiment a ``--resume`` continues, the sweep's own or, after an
+  ``--extend``, that round's (``sweeps.runtime.extend``), as ``sweep.json`` names it.
 - ``repair_snapshot``: a snapshot whose copy a killed driver cut short is copied again from
   the driver's staging folder, and the trial decisions it held for saves that died with the
   driver are dropped (``sweeps.cluster.tunefix``).
