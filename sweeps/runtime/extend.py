@@ -293,7 +293,7 @@ def save_round(spec: SweepSpec, out_dir: Path, round_: int, n_train: int) -> Non
     state.update(
         extend_round=round_,
         tune_name=resume.extend_tune_name(spec.name, round_),
-        trials=n_train,
+        extend_trials=n_train,
     )
     (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
     write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")

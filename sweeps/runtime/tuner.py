@@ -51,7 +51,7 @@ def build_tuner(
     if points == []:
         return None, tracker
     pack_sizes = None if packs is None else [len(pack) for pack in packs]
-    total = state["trials"] if extended else space.n_trials(spec)
+    total = state["extend_trials"] if extended else space.n_trials(spec)
     progress = ProgressLine(spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes)
     trainable = tune.with_resources(trainable, tuning.trial_resources(spec, slots))
     callbacks = [bind_callbacks(spec.name, [tracker, progress]), JsonLoggerCallback()]
