@@ -1,5 +1,5 @@
 """``python -m sweeps.run SPEC.yaml [--set block.dotted.key=value ...] [--dry-run] [--out DIR]
-[--tracking-uri URI] [--address ADDR] [--resume]``
+[--tracking-uri URI] [--address ADDR] [--resume | --overwrite | --extend [--reuse-stale]]``
 
 Runs a sweep: validates the spec (a mistake is one line and exit 2, before anything starts),
 trains every trial with Ray Tune (an embedded local Ray unless ``--address``), records it in
@@ -56,7 +56,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="start over where an earlier run of this sweep lies: delete its output folder and "
         "checkpoints first (its MLflow runs stay, as an older parent run)",
     )
+    parser.add_argument(
+        "--extend",
+        action="store_true",
+        help="a sweep that already ran in --out, with a changed spec: train only the trials "
+        "it has not finished before, reuse the rest (same parent run)",
+    )
+    parser.add_argument(
+        "--reuse-stale",
+        action="store_true",
+        help="with --extend: reuse finished trials trained by other arith code too",
+    )
     return parser.parse_args(argv)
+
+
+def mode_error(args: argparse.Namespace) -> str | None:
+    """The one line for flags that do not go together, or None."""
+    chosen = [f"--{f}" for f in ("resume", "overwrite", "extend") if getattr(args, f)]
+    if len(chosen) > 1:
+        return f"{' and '.join(chosen)}: choose one"
+    if args.reuse_stale and not args.extend:
+        return "--reuse-stale: only with --extend"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,16 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.resume and args.overwrite:
-        print("error: --resume and --overwrite: choose one", file=sys.stderr)
+    if (mistake := mode_error(args)) is not None:
+        print(f"error: {mistake}", file=sys.stderr)
         return 2
-    if args.dry_run:
-        print(dry_run_text(spec))
-        return 0
     from sweeps.analysis.store import default_tracking_uri
 
     uri = args.tracking_uri or default_tracking_uri()
     out_dir = Path(args.out).resolve() / spec.name
+    if args.dry_run:
+        return _dry_run(spec, args, out_dir, uri)
     return run_sweep(
         spec,
         out_dir,
@@ -83,9 +103,27 @@ def main(argv: list[str] | None = None) -> int:
         address=args.address,
         resume=args.resume,
         overwrite=args.overwrite,
+        extend=args.extend,
+        reuse_stale=args.reuse_stale,
         storage=args.storage,
         storage_shared=args.storage_shared,
     )
+
+
+def _dry_run(spec, args: argparse.Namespace, out_dir: Path, uri: str) -> int:
+    """The trials; with --extend, which it reuses and which it trains (read from MLflow)."""
+    text = dry_run_text(spec)
+    if args.extend:
+        from sweeps.runtime.extend import preview
+        from sweeps.runtime.resume import SweepError
+
+        try:
+            text += "\n" + preview(spec, out_dir, uri, args.storage, reuse_stale=args.reuse_stale)
+        except SweepError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    print(text)
+    return 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from sweep_procs import free_port, start_mlflow_server, stop_mlflow_server
 # errored for good that a resume restarts.
 FAULT_MODULES = {
     "test_resume.py",
+    "test_extend_e2e.py",
     "test_chaos.py",
     "test_faults.py",
     "test_tunefix.py",

@@ -22,9 +22,17 @@ SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 
 
 def start_sweep(
-    tmp: Path, uri: str, sets: list[str], *, resume: bool = False, spec: Path = SMOKE, log="run"
+    tmp: Path,
+    uri: str,
+    sets: list[str],
+    *,
+    resume: bool = False,
+    spec: Path = SMOKE,
+    log="run",
+    flags: tuple[str, ...] = (),
 ) -> subprocess.Popen:
-    """The real command in its own session (so its Ray processes can be told apart)."""
+    """The real command in its own session (so its Ray processes can be told apart);
+    ``flags``: more of its flags (``--extend``)."""
     # Tune snapshots the experiment (trial list, result files) every 10 s or more; these
     # sweeps last seconds: snapshots ten times a second let the tests see a trial mid-run (its
     # result file is copied with them) and give each kill more snapshots to land between.
@@ -34,6 +42,7 @@ def start_sweep(
     args += ["--tracking-uri", uri, *(f"--set={s}" for s in sets)]
     if resume:
         args.append("--resume")
+    args += flags
     out = open(tmp / f"{log}.out", "w")  # noqa: SIM115 -- the process outlives this call
     err = open(tmp / f"{log}.err", "w")  # noqa: SIM115
     return subprocess.Popen(args, cwd=tmp, stdout=out, stderr=err, env=env)
@@ -235,12 +244,13 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.strip().splitlines() if not line.startswith(STATUS_LINES)]
 
 
-def call_main(argv: list[str]) -> tuple[int, str]:
-    """``python -m sweeps.run ARGV`` in-process: (exit code, stderr)."""
+def call_main(argv: list[str], out: io.StringIO | None = None) -> tuple[int, str]:
+    """``python -m sweeps.run ARGV`` in-process: (exit code, stderr); stdout goes to ``out``
+    when given."""
     from arith.cli import run_main
     from sweeps import run
 
-    err, out = io.StringIO(), io.StringIO()
+    err, out = io.StringIO(), io.StringIO() if out is None else out
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         try:
             run_main(lambda: run.main(argv))

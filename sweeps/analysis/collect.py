@@ -34,11 +34,16 @@ from sweeps.analysis.tables import (
     summarise,
     to_markdown,
 )
+from sweeps.spec.identity import CODE_TAG
 from sweeps.spec.table_block import TableSpec
 
 # The file in a sweep's output folder that names its MLflow parent run (``parent_run_id``, and
 # the ``tracking_uri`` it went to), written as the sweep starts (sweeps.runtime.resume).
 STATE_FILE = "sweep.json"
+# A child run an ``--extend`` left out of its sweep (sweeps.runtime.extend): a trial of a grid
+# value the spec no longer has, or one that did not finish and was trained again. The run stays
+# in MLflow; the tag's value says why it is out of the tables.
+LEFT_OUT_TAG = "sweep.left_out"
 FRONT_COLUMNS = ("trial_id", "status", "stopped_reason", "run_id")
 SIZE_COLUMNS = ("n_params", "n_params_non_embedding", "flops_per_token")
 TAIL_COLUMNS = ("steps", "wall_time_s")
@@ -99,8 +104,9 @@ def newest_parent(client: MlflowClient, experiment_id: str, unfinished: bool = F
     return runs[0] if runs else None
 
 
-def child_runs(client: MlflowClient, parent: Run) -> list[Run]:
-    """Every trial run under ``parent``; of two runs with one trial_id, the newer wins."""
+def child_runs(client: MlflowClient, parent: Run, *, left_out: bool = False) -> list[Run]:
+    """Every trial run under ``parent``; of two runs with one trial_id, the newer wins. Runs
+    an ``--extend`` left out of the sweep (``LEFT_OUT_TAG``) only with ``left_out``."""
     filter_string = f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
     runs: list[Run] = []
     token = None
@@ -112,6 +118,8 @@ def child_runs(client: MlflowClient, parent: Run) -> list[Run]:
         token = page.token
         if not token:
             break
+    if not left_out:
+        runs = [r for r in runs if LEFT_OUT_TAG not in r.data.tags]
     newest: dict[str, Run] = {}
     for run in sorted(runs, key=lambda r: r.info.start_time or 0):
         newest[_trial_id(run)] = run
@@ -155,6 +163,8 @@ def trials_frame(runs: Iterable[Run]) -> pd.DataFrame:
         "stopped_reason": [r.data.tags.get("sweep.stopped_reason") for r in runs],
         "run_id": [r.info.run_id for r in runs],
     }
+    if any(CODE_TAG in r.data.tags for r in runs):  # the arith code that trained each trial
+        columns["code"] = [r.data.tags.get(CODE_TAG) for r in runs]
     if any(CONVERGENCE_TAG in r.data.tags for r in runs):  # set by the tracker as a trial ends
         columns["convergence"] = [r.data.tags.get(CONVERGENCE_TAG) for r in runs]
     for key in params:
@@ -270,9 +280,22 @@ def render_tables(
             note = status_note(trials, spec)
             if note:  # diverged or errored trials are in the cells; say which they are
                 body += "\n\n" + "  \n".join(f"_{line}_" for line in note.splitlines())
-        caption = describe(spec, _pooled(trials, spec))
+        caption = describe(spec, _pooled(trials, spec)) + code_note(trials)
         sections.append(f"## {spec.name}\n\n{caption}\n\n{body}\n")
     return "\n".join(sections)
+
+
+def code_note(trials: pd.DataFrame) -> str:
+    """A caption's warning where the trials were trained by different arith code (``--extend
+    --reuse-stale`` reused trials across a code change); empty otherwise."""
+    if "code" not in trials.columns or trials["code"].nunique() < 2:
+        return ""
+    counts = trials["code"].fillna("unknown").value_counts().sort_index()
+    versions = "; ".join(f"{code}: {n}" for code, n in counts.items())
+    return (
+        f" Warning: trials trained by {len(counts)} versions of arith's code ({versions} "
+        "trials): some were reused across a code change (--extend --reuse-stale)."
+    )
 
 
 def _pooled(trials: pd.DataFrame, spec: TableSpec) -> list[str]:

@@ -15,6 +15,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sweeps.runtime import extend as extending
 from sweeps.runtime import preflight, tuning
 from sweeps.runtime.outputs import finish
 from sweeps.runtime.tuner import build_tuner
@@ -29,31 +30,30 @@ def run_sweep(
     address: str | None = None,
     resume: bool = False,
     overwrite: bool = False,
+    extend: bool = False,
+    reuse_stale: bool = False,
     storage: str | None = None,
     storage_shared: bool = False,
     timings: dict[str, float] | None = None,
     reuse_actors: bool = tuning.REUSE_ACTORS,
 ) -> int:
-    """Run (or with ``resume``, continue) the sweep and write its outputs; returns the exit
-    code. ``timings`` (if given) receives the seconds of each phase: startup (Ray, MLflow),
-    tune, outputs. ``reuse_actors``: Tune's setting (``sweeps.bench`` compares both)."""
+    """Run (or with ``resume``, continue; with ``extend``, extend: ``sweeps.runtime.extend``)
+    the sweep and write its outputs; returns the exit code. ``timings`` (if given) receives the
+    seconds of each phase: startup (Ray, MLflow), tune, outputs. ``reuse_actors``: Tune's
+    setting (``sweeps.bench`` compares both)."""
     from sweeps.cluster import connection as cluster
 
     _quiet_logs()
     timings = {} if timings is None else timings
     start = time.perf_counter()
-    # Before Ray starts: a Ray this project does not support, a store that cannot be reached,
-    # or nothing to resume, is one line.
-    try:
-        parent_id = preflight.check_before_ray(
-            spec, out_dir, tracking_uri, address, storage, resume=resume, overwrite=overwrite
-        )
-    except preflight.refusals() as err:
-        print(f"error: {err}", file=sys.stderr)
+    modes = {"resume": resume, "overwrite": overwrite, "extend": extend}
+    begun = _before_ray(spec, out_dir, tracking_uri, address, storage, modes, reuse_stale)
+    if begun is None:
         return 2
+    parent_id, plan = begun
     import ray
 
-    started_ray = not ray.is_initialized()
+    started_ray = not ray.is_initialized() and (plan is None or bool(plan.split.train))
     storage = cluster.storage_path(storage, out_dir)
     connect = started_ray and address
     if connect and not preflight.connect_cluster(address, storage, shared=storage_shared):
@@ -68,14 +68,42 @@ def run_sweep(
         storage=storage,
         reuse_actors=reuse_actors,
         slots=slots,
+        points=None if plan is None else plan.split.train,
     )
     _start(spec, tracker, out_dir, parent_id, local_ray=started_ray and not address, slots=slots)
+    if plan is not None:
+        extending.apply(spec, tracker, plan)
     timings["startup"] = time.perf_counter() - start
     try:
         return finish(spec, tuner, tracker, out_dir, timings)
     finally:
         if started_ray:
             ray.shutdown()  # on a cluster we connected to: disconnects, the cluster stays
+
+
+def _before_ray(
+    spec: SweepSpec,
+    out_dir: Path,
+    tracking_uri: str,
+    address: str | None,
+    storage: str | None,
+    modes: dict[str, bool],
+    reuse_stale: bool,
+) -> tuple[str | None, extending.Extension | None] | None:
+    """(the parent run to continue, the --extend's plan) or, the error printed, None: a Ray
+    this project does not support, a store that cannot be reached, nothing to resume or to
+    extend, is one line before Ray starts."""
+    try:
+        parent_id = preflight.check_before_ray(
+            spec, out_dir, tracking_uri, address, storage, **modes
+        )
+        if not modes["extend"]:
+            return parent_id, None
+        plan = extending.begin(spec, out_dir, tracking_uri, storage, reuse_stale=reuse_stale)
+        return plan.parent_id, plan
+    except preflight.refusals() as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
 
 
 def _note_max_concurrent(spec: SweepSpec, address: str | None, slots: bool) -> None:

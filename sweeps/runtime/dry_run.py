@@ -37,7 +37,7 @@ def dry_run_text(spec: SweepSpec) -> str:
         total_flops += size["total_flops"] * s.num_samples
         shown = {**point, **{p: cfg.flat()[p] for p in spec.derived}}
         lines.append(
-            f"  {_trial_numbers(i, len(points), s.num_samples)}  {_fmt_point(shown)}  "
+            f"  {_trial_numbers(i, len(points), s.num_samples)}  {format_point(shown)}  "
             f"n_params={size['n_params']:,}  steps={size['steps']:,}  "
             f"flops~{size['total_flops']:.2e}"
         )
@@ -71,7 +71,7 @@ def _trial_numbers(i: int, n_points: int, n_samples: int) -> str:
     return ",".join(numbers) + (",..." if n_samples > 3 else "")
 
 
-def _fmt_point(point: dict[str, Any]) -> str:
+def format_point(point: dict[str, Any]) -> str:
     if not point:
         return "(base config)"
     return " ".join(

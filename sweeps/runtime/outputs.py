@@ -16,8 +16,9 @@ from sweeps.tracking.outbox import one_line
 
 
 def finish(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, float]) -> int:
-    """Run the Tuner to its end, then write and log the outputs; returns the exit code (1 when
-    MLflow stayed unreachable or every trial errored). ``timings`` receives tune and outputs."""
+    """Run the Tuner to its end (None: an --extend with nothing to train), then write and log
+    the outputs; returns the exit code (1 when MLflow stayed unreachable or every trial
+    errored). ``timings`` receives tune and outputs."""
     from sweeps.analysis import collect
     from sweeps.analysis.table_fits import fit_metrics, table_fits
 
@@ -25,7 +26,7 @@ def finish(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, fl
     parent_id, tracking_uri = tracker.parent_run_id, tracker.tracking_uri
     status = "FAILED"
     try:
-        results = tuner.fit()
+        results = tuner.fit() if tuner is not None else []
         timings["tune"] = time.perf_counter() - start
         if not tracker.outbox.drain(tracker.drain_timeout_s):
             print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)

@@ -20,9 +20,12 @@ def check_before_ray(
     *,
     resume: bool,
     overwrite: bool,
+    extend: bool = False,
 ) -> str | None:
     """Everything checked before Ray starts; returns the parent run to resume (None for a new
-    sweep, whose folder an earlier sweep no longer holds). Raises one of ``refusals()``."""
+    sweep, whose folder an earlier sweep no longer holds, and for an ``extend``, whose
+    ``sweeps.runtime.extend.begin`` finds the sweep it extends). Raises one of
+    ``refusals()``."""
     from sweeps.cluster import connection as cluster
     from sweeps.cluster import tunefix
     from sweeps.runtime import resume as resuming
@@ -38,6 +41,8 @@ def check_before_ray(
         for name, what in resuming.repair_snapshot(spec, out_dir, storage).items():
             print(f"{name}: {what}", file=sys.stderr)
         return parent_id
+    if extend:
+        return None
     # Never two sweeps in one folder: continue the earlier one, or clear it first.
     earlier = resuming.earlier_sweep(spec, out_dir, storage)
     if earlier and not overwrite:

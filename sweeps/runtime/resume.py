@@ -7,6 +7,8 @@
 - ``parent_to_resume``: the parent run a ``--resume`` continues (the id saved in ``sweep.json``,
   which must be in the store; without one, the newest unfinished parent of the experiment), or
   a one-line reason why there is nothing to resume.
+- ``tune_name``: the Tune experiment a ``--resume`` continues, the sweep's own or, after an
+  ``--extend``, that round's (``sweeps.runtime.extend``), as ``sweep.json`` names it.
 - ``repair_snapshot``: a snapshot whose copy a killed driver cut short is copied again from
   the driver's staging folder, and the trial decisions it held for saves that died with the
   driver are dropped (``sweeps.cluster.tunefix``).
@@ -105,9 +107,7 @@ def parent_to_resume(
 ) -> str:
     """The id of the parent run to continue; SweepError when there is nothing to resume.
     ``storage``: Tune's storage path when not the default ``out_dir/ray``."""
-    root = storage.rstrip("/") if storage else str(out_dir / "ray")
-    experiment_dir = f"{root}/{spec.name}"
-    if not _tune_can_restore(experiment_dir):
+    if not _tune_can_restore(experiment_dir(spec, out_dir, storage)):
         raise SweepError(
             f"--resume: nothing to resume in {out_dir}: no saved state of sweep {spec.name!r} "
             "there (run without --resume to start it)"
@@ -140,11 +140,34 @@ def repair_snapshot(spec: SweepSpec, out_dir: Path, storage: str | None) -> dict
         return {}
     root = Path(storage).expanduser().resolve() if storage else out_dir / "ray"
     done = {}
-    if tunefix.finish_sync(root / spec.name):
+    experiment = root / tune_name(spec, out_dir)
+    if tunefix.finish_sync(experiment):
         done["experiment state"] = "copied again from the driver's staging folder"
-    if tunefix.forget_decisions_in_flight(root / spec.name):
+    if tunefix.forget_decisions_in_flight(experiment):
         done["trial decisions"] = "those waiting on saves the last driver never finished dropped"
     return done
+
+
+def tune_name(spec: SweepSpec, out_dir: Path) -> str:
+    """The name (folder) of the Tune experiment a --resume continues: the sweep's own, or after
+    an --extend that round's (``sweeps.runtime.extend``), as ``sweep.json`` names it."""
+    return read_state(out_dir).get("tune_name") or spec.name
+
+
+def extend_tune_name(name: str, round_: int) -> str:
+    """The Tune experiment of --extend round ``round_`` (1, 2, ...) of sweep ``name``."""
+    return f"{name}-extend{round_}"
+
+
+def experiment_dir(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> str:
+    """Where that Tune experiment lies: in ``storage``, else in ``out_dir/ray``."""
+    root = storage.rstrip("/") if storage else str(out_dir / "ray")
+    return f"{root}/{tune_name(spec, out_dir)}"
+
+
+def can_resume(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> bool:
+    """Whether Tune's state of the sweep's current experiment is there to restore."""
+    return _tune_can_restore(experiment_dir(spec, out_dir, storage))
 
 
 def _tune_can_restore(experiment_dir: str | Path) -> bool:
@@ -168,9 +191,9 @@ def _find_parent(name: str, out_dir: Path, tracking_uri: str):
     from sweeps.analysis.collect import newest_parent
 
     client = MlflowClient(tracking_uri)
-    state = _read_state(out_dir / STATE_FILE)
+    state = read_state(out_dir)
     if state.get("parent_run_id"):
-        return _saved_parent(client, state, out_dir / STATE_FILE, tracking_uri)
+        return saved_parent(client, state, out_dir / STATE_FILE, tracking_uri)
     experiment = client.get_experiment_by_name(name)
     parent = None
     if experiment is not None:
@@ -183,9 +206,11 @@ def _find_parent(name: str, out_dir: Path, tracking_uri: str):
     return parent
 
 
-def _saved_parent(client, state: dict[str, Any], saved: Path, tracking_uri: str):
-    """The parent run ``saved`` names, or SweepError: never another sweep's parent of the same
-    name in this store, whose trials this folder's checkpoints are not."""
+def saved_parent(
+    client, state: dict[str, Any], saved: Path, tracking_uri: str, flag: str = "--resume"
+):
+    """The parent run ``saved`` names, or SweepError (after ``flag``): never another sweep's
+    parent of the same name in this store, whose trials this folder's checkpoints are not."""
     from mlflow.exceptions import MlflowException
 
     run_id = state["parent_run_id"]
@@ -195,24 +220,24 @@ def _saved_parent(client, state: dict[str, Any], saved: Path, tracking_uri: str)
         if err.error_code != "RESOURCE_DOES_NOT_EXIST":
             reason = " ".join(str(err.message).split())[:200]
             raise SweepError(
-                f"--resume: cannot read parent run {run_id} from MLflow at {tracking_uri} "
-                f"({reason})"
+                f"{flag}: cannot read parent run {run_id} from MLflow at {tracking_uri} ({reason})"
             ) from None
         run = None
     if run is None or run.info.lifecycle_stage == "deleted":
         first = state.get("tracking_uri")
         logged = f" (the first run logged to {first})" if first and first != tracking_uri else ""
         raise SweepError(
-            f"--resume: parent run {run_id}, named in {saved}, is not in MLflow at "
+            f"{flag}: parent run {run_id}, named in {saved}, is not in MLflow at "
             f"{tracking_uri}{logged}; pass the --tracking-uri of the store that holds it, "
             "or start over with --overwrite"
         )
     return run
 
 
-def _read_state(path: Path) -> dict[str, Any]:
+def read_state(out_dir: Path) -> dict[str, Any]:
+    """The sweep's ``sweep.json`` in ``out_dir`` ({} when there is none)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads((out_dir / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
 
@@ -252,7 +277,7 @@ def refuse_earlier(spec: SweepSpec, where: str, out_dir: Path, tracking_uri: str
     """The one line for a sweep started again where an earlier one lies: continue it with
     --resume (unless it finished), or start over with --overwrite."""
     status = ""
-    state = _read_state(out_dir / STATE_FILE)
+    state = read_state(out_dir)
     if state.get("parent_run_id"):
         try:
             from mlflow import MlflowClient
@@ -264,25 +289,29 @@ def refuse_earlier(spec: SweepSpec, where: str, out_dir: Path, tracking_uri: str
     overwrite = "start over with --overwrite (deletes that sweep's outputs and checkpoints; "
     overwrite += "its MLflow runs stay)"
     if status.endswith("finished"):
-        advice = f"{overwrite}, or pass another --out"
+        advice = f"{overwrite}, train only its new trials with --extend, or pass another --out"
     else:
         advice = f"continue it with --resume, or {overwrite}"
     return SweepError(f"sweep {spec.name!r} already ran in {where}{status}; {advice}")
 
 
 def remove_earlier(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> None:
-    """--overwrite: delete an earlier run's output folder and Tune experiment folder."""
+    """--overwrite: delete an earlier run's output folder and Tune experiment folders (the
+    sweep's, and one per --extend round)."""
     import shutil
 
+    rounds = int(read_state(out_dir).get("extend_round", 0))
     shutil.rmtree(out_dir, ignore_errors=True)
     if not storage:
         return
-    experiment_dir = f"{storage.rstrip('/')}/{spec.name}"
-    if "://" in storage:
-        import pyarrow.fs
+    names = [spec.name] + [extend_tune_name(spec.name, k) for k in range(1, rounds + 1)]
+    for name in names:
+        experiment = f"{storage.rstrip('/')}/{name}"
+        if "://" in storage:
+            import pyarrow.fs
 
-        filesystem, path = pyarrow.fs.FileSystem.from_uri(experiment_dir)
-        if filesystem.get_file_info(path).type != pyarrow.fs.FileType.NotFound:
-            filesystem.delete_dir(path)
-    else:
-        shutil.rmtree(experiment_dir, ignore_errors=True)
+            filesystem, path = pyarrow.fs.FileSystem.from_uri(experiment)
+            if filesystem.get_file_info(path).type != pyarrow.fs.FileType.NotFound:
+                filesystem.delete_dir(path)
+        else:
+            shutil.rmtree(experiment, ignore_errors=True)

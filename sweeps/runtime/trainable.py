@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sweeps.spec.identity import POINT_KEY
 from sweeps.spec.packing import PACK_KEY, Member
 from sweeps.spec.space import Derived, resolve_run_config
 
@@ -76,6 +77,12 @@ def train_trial(
         checkpoint_dir = Path(tmp) / "checkpoint"
         summary = train(run_config, report, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
     tune.report(summary_report(summary))
+
+
+def train_point_trial(config: dict[str, Any], **bound: Any) -> None:
+    """An --extend's trial (sweeps.runtime.extend): ``train_trial`` of the point its config
+    holds under ``POINT_KEY``."""
+    train_trial(config[POINT_KEY], **bound)
 
 
 def train_pack_trial(

@@ -25,34 +25,43 @@ def build_tuner(
     storage: str | None = None,
     reuse_actors: bool = tuning.REUSE_ACTORS,
     slots: bool = False,
+    points: list[dict] | None = None,
 ):
     """The Tuner of a sweep and its MLflow callback (whose parent run the caller starts or,
     with ``resume``, attaches to). A resumed Tuner restores Tune's state from the output
     folder; MLflow, not Tune's copy, says what is logged. ``slots``: cap concurrency with
-    TRIAL_SLOT resources (``sweeps.runtime.tuning.uses_slots``)."""
+    TRIAL_SLOT resources (``sweeps.runtime.tuning.uses_slots``). ``points``: the trials an
+    --extend trains (``sweeps.runtime.extend``, whose round ``sweep.json`` names); with none,
+    no Tuner (None)."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
+    from sweeps.runtime import resume as resuming
     from sweeps.runtime.callbacks import bind as bind_callbacks
     from sweeps.runtime.progress import ProgressLine
     from sweeps.spec import packing, space
 
     s = spec.sweep
+    state = resuming.read_state(out_dir)
+    extended = "extend_round" in state  # an --extend's Tune experiment, its points alone
     # Packed: Tune runs one trial per pack, over a grid of pack numbers (sweeps.spec.packing).
     packs = packing.build_packs(spec) if s.pack != 1 else None
-    trainable, param_space, num_samples = _trainable(spec, packs)
-    tracker = _tracker(spec, out_dir, tracking_uri, packs)
+    trainable, param_space, num_samples = _trainable(spec, packs, extended, points)
+    tracker = _tracker(spec, out_dir, tracking_uri, packs, state.get("extend_round", 0))
+    if points == []:
+        return None, tracker
     pack_sizes = None if packs is None else [len(pack) for pack in packs]
-    progress = ProgressLine(
-        spec.name, space.n_trials(spec), s.metric, s.mode, pack_sizes=pack_sizes
-    )
+    total = state["extend_trials"] if extended else space.n_trials(spec)
+    progress = ProgressLine(spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes)
     trainable = tune.with_resources(trainable, tuning.trial_resources(spec, slots))
     callbacks = [bind_callbacks(spec.name, [tracker, progress]), JsonLoggerCallback()]
+    name = resuming.tune_name(spec, out_dir)
     if resume:
         # Tune restores its own settings, and the callbacks it pickled, which ProcessCallbacks
-        # binds to this process's tracker (sweeps.runtime.callbacks).
+        # binds to this process's tracker (sweeps.runtime.callbacks); an --extend's trials
+        # keep their points in Tune's state.
         tuner = tune.Tuner.restore(
-            f"{storage or out_dir / 'ray'}/{spec.name}",
+            f"{storage or out_dir / 'ray'}/{name}",
             trainable=trainable,
             resume_unfinished=True,
             resume_errored=True,
@@ -63,40 +72,42 @@ def build_tuner(
         trainable,
         param_space=param_space,
         tune_config=tuning.tune_config(spec, num_samples, reuse_actors=reuse_actors),
-        run_config=tuning.run_config(spec, storage or str(out_dir / "ray"), callbacks),
+        run_config=tuning.run_config(spec, storage or str(out_dir / "ray"), callbacks, name),
     )
     return tuner, tracker
 
 
-def _trainable(spec: SweepSpec, packs: list | None) -> tuple:
+def _trainable(
+    spec: SweepSpec, packs: list | None, extended: bool = False, points: list | None = None
+) -> tuple:
     """(trainable, param_space, num_samples): one trial per point of the space, or with
-    ``packs`` one trial per pack over a grid of pack numbers (its members are drawn already)."""
+    ``packs`` one trial per pack over a grid of pack numbers (its members are drawn already),
+    or for an --extend (``extended``) one trial per point it trains (``points``; restored from
+    Tune's state on --resume, param_space None)."""
     from ray import tune
 
-    from sweeps.runtime.trainable import train_pack_trial, train_trial
+    from sweeps.runtime.trainable import train_pack_trial, train_point_trial, train_trial
     from sweeps.spec import packing, space
+    from sweeps.spec.identity import POINT_KEY
 
     s = spec.sweep
+    bound = {"base": spec.base, "derived": spec.derived, "checkpoint_every_s": s.checkpoint_every_s}
+    if extended:
+        trainable = tune.with_parameters(train_point_trial, **bound)
+        param_space = {POINT_KEY: tune.grid_search(points)} if points else None
+        return trainable, param_space, 1
     if packs is None:
-        trainable = tune.with_parameters(
-            train_trial,
-            base=spec.base,
-            derived=spec.derived,
-            checkpoint_every_s=s.checkpoint_every_s,
-        )
+        trainable = tune.with_parameters(train_trial, **bound)
         return trainable, space.param_space(spec), s.num_samples
-    trainable = tune.with_parameters(
-        train_pack_trial,
-        base=spec.base,
-        derived=spec.derived,
-        packs=packs,
-        checkpoint_every_s=s.checkpoint_every_s,
-    )
+    trainable = tune.with_parameters(train_pack_trial, packs=packs, **bound)
     return trainable, packing.pack_param_space(packs), 1
 
 
-def _tracker(spec: SweepSpec, out_dir: Path, tracking_uri: str, packs: list | None):
-    """The MLflow tracker of the sweep, journaling writes beside the outputs."""
+def _tracker(
+    spec: SweepSpec, out_dir: Path, tracking_uri: str, packs: list | None, figures_step: int
+):
+    """The MLflow tracker of the sweep, journaling writes beside the outputs; its figures on
+    the parent run at ``figures_step`` (the --extend round)."""
     from arith.cost import describe
     from sweeps.spec import space
     from sweeps.tracking.tracker import MLflowTracker
@@ -114,4 +125,5 @@ def _tracker(spec: SweepSpec, out_dir: Path, tracking_uri: str, packs: list | No
         journal=out_dir / JOURNAL_FILE,
         model_dir=out_dir / "models",
         packs=packs,
+        figures_step=figures_step,
     )

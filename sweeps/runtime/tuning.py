@@ -83,13 +83,14 @@ def checkpoints_to_keep(checkpoint_every_s: float) -> int | None:
     return max(2, math.ceil(KEEP_CHECKPOINTS_S / checkpoint_every_s))
 
 
-def run_config(spec, storage_path: str, callbacks: list[Any]):
-    """The sweep's ``RunConfig`` (checkpoints kept: ``checkpoints_to_keep``)."""
+def run_config(spec, storage_path: str, callbacks: list[Any], name: str | None = None):
+    """The sweep's ``RunConfig`` (checkpoints kept: ``checkpoints_to_keep``); ``name``: the Tune
+    experiment's, the sweep's unless an --extend round's (``sweeps.runtime.resume.tune_name``)."""
     from ray import tune
 
     s = spec.sweep
     return tune.RunConfig(
-        name=spec.name,
+        name=name or spec.name,
         storage_path=storage_path,
         failure_config=tune.FailureConfig(max_failures=s.max_failures),
         checkpoint_config=tune.CheckpointConfig(

@@ -26,6 +26,7 @@ from typing import Any
 
 from ray.tune import Callback
 
+from sweeps.spec.identity import POINT_KEY, identity_tags
 from sweeps.spec.packing import PACK_KEY, Member, member_trial_id
 from sweeps.tracking.outbox import Outbox, Record, one_line
 from sweeps.tracking.replay import attach_sweep, count_redo, replay_journal
@@ -67,6 +68,7 @@ class MLflowTracker(Callback):
         metric: str | None = None,
         journal: Path | None = None,
         packs: list[list[Member]] | None = None,
+        figures_step: int = 0,
     ) -> None:
         # The one writer to MLflow: it also holds the parent run and each trial's state.
         self.writer = MLflowWriter(tracking_uri, experiment_name, resolve, metric)
@@ -78,6 +80,8 @@ class MLflowTracker(Callback):
         # A packed sweep's packs (sweeps.spec.packing): each Tune trial is a pack, each member a
         # trial of its own here, with the id and child run it would have had unpacked.
         self.packs = packs
+        # The step of the sweep's figures on the parent run: its --extend round (0 before any).
+        self.figures_step = figures_step
         # Work a restored trial did again: steps and training seconds since its checkpoint.
         self.redone = {"trials": 0, "steps": 0, "seconds": 0.0}
         self.journal = journal
@@ -131,11 +135,15 @@ class MLflowTracker(Callback):
         if self.parent_run_id is not None:
             return self.parent_run_id
         parent_run_id = self.writer.create_parent(tags or {})
-        # Through the outbox: a server that goes away right after creating the run must not
-        # hold up the trials (the spec waits for it like any other write).
-        spec = {"op": "spec", "run_id": parent_run_id, "text": spec_yaml}
-        self._send({**spec, "what": "the sweep's spec"})
+        self.log_spec(spec_yaml)
         return parent_run_id
+
+    def log_spec(self, spec_yaml: str) -> None:
+        """The spec as the parent run's ``spec.yaml`` (an extended sweep's replaces the first).
+        Through the outbox: a server that goes away right after creating the run must not hold
+        up the trials (the spec waits for it like any other write)."""
+        spec = {"op": "spec", "run_id": self.parent_run_id, "text": spec_yaml}
+        self._send({**spec, "what": "the sweep's spec"})
 
     def attach(self, parent_run_id: str) -> None:
         """Continue the sweep of ``parent_run_id``: its child runs and what they hold."""
@@ -181,12 +189,15 @@ class MLflowTracker(Callback):
         (the writer checks what the parent run holds), so an end of sweep done again on resume
         adds nothing twice."""
         record = {"op": "parent", "run_id": self.parent_run_id, "metrics": metrics}
+        record["step"] = self.figures_step
         self._send({**record, "params": params or {}, "tags": tags or {}, "what": what})
 
     # ---- Tune hooks ----
     def units(self, trial) -> list[tuple[str, dict[str, Any], int | None]]:
         """What a Tune trial is to MLflow: itself (``(trial_id, config, None)``), or in a packed
         sweep each member of its pack (``(member's trial id, member's config, position)``)."""
+        if POINT_KEY in trial.config:  # an --extend's trial: its point is one key's value
+            return [(trial.trial_id, dict(trial.config[POINT_KEY]), None)]
         if self.packs is None:
             return [(trial.trial_id, dict(trial.config), None)]
         members = self.packs[trial.config[PACK_KEY]]
@@ -201,7 +212,10 @@ class MLflowTracker(Callback):
         setup = {"op": "setup", "trial": trial_id, "config": config}
         if state is None:
             state = self.trials[trial_id] = TrialState()
-            self._send({"op": "child", "trial": trial_id, "what": f"child run of {trial_id}"})
+            # Created with what makes it this trial, for a later --extend (sweeps.spec.identity).
+            tags = identity_tags(self.resolve(config))
+            child = {"op": "child", "trial": trial_id, "tags": tags}
+            self._send({**child, "what": f"child run of {trial_id}"})
             self._send({**setup, "what": f"params of {trial_id}"})
         elif not state.params:  # created, but its driver died before the params went out
             self._send({**setup, "what": f"params of {trial_id}"})

@@ -100,7 +100,7 @@ class MLflowWriter:
         op, trial_id = record["op"], record.get("trial")
         state = self.trials.get(trial_id)
         if op == "child":
-            self._start_child(trial_id)
+            self._start_child(trial_id, record.get("tags", {}))
         elif op == "setup":
             self._log_setup(trial_id, record["config"])
         elif op == "running":
@@ -127,7 +127,7 @@ class MLflowWriter:
             raise ValueError(f"unknown MLflow write {op!r}")
 
     # ---- child runs ----
-    def _start_child(self, trial_id: str) -> None:
+    def _start_child(self, trial_id: str, tags: dict[str, str]) -> None:
         state = self.trials[trial_id]
         if state.created:  # a retry: the store may have made the run before the error
             found = self._find_child(trial_id)
@@ -144,6 +144,7 @@ class MLflowWriter:
                 "sweep.trial_id": trial_id,
                 "sweep.role": "trial",
                 "sweep.status": "RUNNING",
+                **tags,
             },
         )
         state.run_id = run.info.run_id
@@ -224,15 +225,19 @@ class MLflowWriter:
 
     # ---- the parent run ----
     def _log_parent_figures(self, record: Record) -> None:
-        """The metrics and params of ``record`` the parent run does not hold yet (MLflow is the
-        truth: a resumed sweep ends again, or replays the journal), and its tags."""
+        """The metrics of ``record`` the parent run does not hold at its step yet, the params it
+        does not hold at all (MLflow is the truth: a resumed sweep ends again, or replays the
+        journal), and its tags. The step is the sweep's ``--extend`` round (0 before any): an
+        extended sweep's figures go after the earlier ones."""
         from mlflow.entities import Param
 
-        run_id = record["run_id"]
+        run_id, step = record["run_id"], record.get("step", 0)
         held = self.client.get_run(run_id).data
-        metrics = {k: v for k, v in record["metrics"].items() if k not in held.metrics}
+        # MLflow keeps each key's latest value, at its highest step (RunData's steps: protobuf).
+        held_steps = {m.key: m.step for m in held.to_proto().metrics}
+        metrics = {k: v for k, v in record["metrics"].items() if held_steps.get(k, -1) < step}
         params = [Param(k, v) for k, v in record["params"].items() if k not in held.params]
-        self._log_metrics(run_id, metrics, 0, record["tags"])
+        self._log_metrics(run_id, metrics, step, record["tags"])
         self.client.log_batch(run_id, params=params)
 
     def _log_text(self, run_id: str, text: str, name: str) -> None:

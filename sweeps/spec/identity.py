@@ -1,0 +1,57 @@
+"""What makes two trials the same trial: the same resolved run config, trained by the same code.
+
+``--extend`` (``sweeps.runtime.extend``) reuses a finished trial only when both match, so each
+child run carries them as tags from its creation:
+
+- ``sweep.config_key``: sha256 of the resolved ``arith`` run config as canonical JSON (sorted
+  keys, no spaces), so the key does not depend on how the spec spelled the point (a grid value,
+  a ``--set``, a derived value) but only on what ``arith.trainer.train`` receives.
+- ``sweep.code``: ``arith``'s version and a hash of its source files (``<version>+<12 hex>``):
+  an edit to the trainer changes it, as would a release.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from importlib import metadata
+from pathlib import Path
+
+# The one key of an --extend trial's Tune config: the trial's flat config (its grid point). The
+# extend's Tune experiment is a grid over exactly the points it trains, which Tune's grid over
+# the spec's axes cannot express (sweeps.runtime.extend).
+POINT_KEY = "point"
+CONFIG_KEY_TAG = "sweep.config_key"
+CODE_TAG = "sweep.code"
+# The distribution whose version arith is (pyproject.toml); arith itself holds none.
+DISTRIBUTION = "arith-sweeps"
+
+
+def config_key(run_config) -> str:
+    """sha256 of the run config's canonical JSON (``arith.config.RunConfig.to_dict``)."""
+    text = json.dumps(run_config.to_dict(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """``arith``'s version and the sha256 (12 hex) of its ``.py`` files, path and content, in
+    path order; computed once per process."""
+    import arith
+
+    root = Path(arith.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    try:
+        version = metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # a checkout used without installing it
+        version = "unknown"
+    return f"{version}+{digest.hexdigest()[:12]}"
+
+
+def identity_tags(run_config) -> dict[str, str]:
+    """The tags a trial's child run is created with."""
+    return {CONFIG_KEY_TAG: config_key(run_config), CODE_TAG: code_fingerprint()}

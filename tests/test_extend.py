@@ -1,0 +1,159 @@
+"""``--extend``'s keying and split (sweeps.spec.identity, sweeps.runtime.extend), without Ray:
+which finished child runs a changed spec reuses, which trials it trains, which runs it leaves
+out, and the one-line refusals. The end-to-end run is tests/test_extend_e2e.py."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from sweep_procs import SMOKE, call_main
+
+from arith.config import from_dict
+from sweeps.analysis.collect import code_note
+from sweeps.runtime.extend import (
+    DUPLICATE,
+    NO_KEY,
+    NOT_FINISHED,
+    NOT_IN_SPEC,
+    ChildRun,
+    check_grid,
+    split,
+    wanted_trials,
+)
+from sweeps.runtime.resume import SweepError
+from sweeps.spec.identity import code_fingerprint, config_key
+from sweeps.spec.sweep_spec import load_spec
+
+CODE = "0.1.0+aaaaaaaaaaaa"
+
+
+def test_config_key_is_the_resolved_config_not_its_spelling():
+    """The key hashes what train() receives: the same config from differently ordered dicts
+    is one key, one changed value another."""
+    config = from_dict({"model": {"d_model": 32, "n_layer": 1}, "train": {"seed": 0}})
+    reordered = from_dict({"train": {"seed": 0}, "model": {"n_layer": 1, "d_model": 32}})
+    other = from_dict({"model": {"d_model": 32, "n_layer": 1}, "train": {"seed": 1}})
+    assert config_key(config) == config_key(reordered)
+    assert config_key(config) != config_key(other)
+    canonical = json.dumps(config.to_dict(), sort_keys=True, separators=(",", ":"))
+    assert len(config_key(config)) == 64 and canonical  # sha256 hex of the canonical JSON
+
+
+def test_code_fingerprint_is_the_version_and_a_hash_of_arith():
+    version, digest = code_fingerprint().split("+")
+    assert version and len(digest) == 12 and int(digest, 16) >= 0
+
+
+def _wanted(*keys: str) -> list[tuple[dict, str]]:
+    return [({"model.d_model": i}, key) for i, key in enumerate(keys)]
+
+
+def _run(run_id: str, key: str, code: str = CODE, finished: bool = True) -> ChildRun:
+    return ChildRun(run_id, f"t_{run_id}", key, code, finished)
+
+
+def test_finished_same_config_same_code_is_reused_the_rest_trained():
+    runs = [_run("r1", "k1"), _run("r2", "k2")]
+    found = split(_wanted("k1", "k2", "k3"), runs, CODE, round_=1)
+    assert [run.run_id for _, run in found.reused] == ["r1", "r2"]
+    assert found.train == [{"model.d_model": 2}]
+    assert found.left_out == {} and found.stale == []
+
+
+def test_other_code_is_trained_again_unless_reuse_stale():
+    runs = [_run("r1", "k1", code="0.1.0+bbbbbbbbbbbb"), _run("r2", "k2")]
+    strict = split(_wanted("k1", "k2"), runs, CODE, round_=1)
+    assert [run.run_id for _, run in strict.reused] == ["r2"]
+    assert strict.train == [{"model.d_model": 0}]
+    assert "other arith code (0.1.0+bbbbbbbbbbbb)" in strict.left_out["r1"]
+    stale = split(_wanted("k1", "k2"), runs, CODE, round_=1, reuse_stale=True)
+    assert [run.run_id for _, run in stale.reused] == ["r1", "r2"]
+    assert [run.run_id for run in stale.stale] == ["r1"] and stale.train == []
+
+
+def test_same_code_is_preferred_to_stale_for_one_config():
+    runs = [_run("old", "k1", code="other"), _run("new", "k1")]
+    found = split(_wanted("k1"), runs, CODE, round_=2, reuse_stale=True)
+    assert [run.run_id for _, run in found.reused] == ["new"] and found.stale == []
+    assert found.left_out == {"old": DUPLICATE.format(round=2)}
+
+
+def test_unfinished_runs_are_retrained_and_removed_values_left_out():
+    """An errored run of a wanted config is trained again as a new run (the old one is left
+    out, so the tables hold one row per trial); a run of a value the spec dropped is left out,
+    not deleted."""
+    runs = [_run("err", "k1", finished=False), _run("gone", "k9"), _run("ok", "k2")]
+    found = split(_wanted("k1", "k2"), runs, CODE, round_=1)
+    assert found.train == [{"model.d_model": 0}]
+    assert found.left_out == {
+        "err": NOT_FINISHED.format(round=1),
+        "gone": NOT_IN_SPEC.format(round=1),
+    }
+
+
+def test_runs_without_a_config_key_are_never_reused():
+    """Child runs logged before sweep.config_key existed: their trials are trained again."""
+    found = split(_wanted("k1"), [_run("old", None)], CODE, round_=1, reuse_stale=True)
+    assert found.reused == [] and found.train == [{"model.d_model": 0}]
+    assert found.left_out == {"old": NO_KEY.format(round=1)}
+
+
+def test_repeats_of_one_config_need_one_run_each():
+    runs = [_run("a", "k1")]
+    found = split([({"train.seed": 0}, "k1"), ({"train.seed": 0}, "k1")], runs, CODE, round_=1)
+    assert len(found.reused) == 1 and len(found.train) == 1
+
+
+def test_wanted_trials_key_every_grid_point_in_tunes_order():
+    spec = load_spec(SMOKE, [])
+    wanted = wanted_trials(spec)
+    assert [p for p, _ in wanted][:2] == [
+        {"model.d_model": 16, "train.seed": 0},
+        {"model.d_model": 32, "train.seed": 0},
+    ]
+    assert len({key for _, key in wanted}) == 4
+
+
+@pytest.mark.parametrize(
+    ("sets", "field"),
+    [
+        (["sweep.search=random"], "sweep.search: random"),
+        (["space.optim.lr={loguniform: [1.0e-4, 1.0e-2]}"], "space.optim.lr"),
+        (["sweep.pack=2"], "sweep.pack: 2"),
+    ],
+)
+def test_extend_needs_a_grid_of_unpacked_trials(sets, field):
+    with pytest.raises(SweepError, match=f"^{field}: --extend"):
+        check_grid(load_spec(SMOKE, sets))
+
+
+def test_code_note_says_when_trials_come_from_other_code():
+    same = pd.DataFrame({"code": [CODE, CODE]})
+    mixed = pd.DataFrame({"code": [CODE, "0.1.0+bbbbbbbbbbbb", CODE]})
+    assert code_note(same) == "" and code_note(pd.DataFrame({"x": [1]})) == ""
+    note = code_note(mixed)
+    assert "2 versions of arith's code" in note and "--reuse-stale" in note
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--extend", "--overwrite"], "error: --overwrite and --extend: choose one"),
+        (["--extend", "--resume"], "error: --resume and --extend: choose one"),
+        (["--reuse-stale"], "error: --reuse-stale: only with --extend"),
+    ],
+)
+def test_bad_combinations_are_one_line(tmp_path, flags, message):
+    code, err = call_main([str(SMOKE), "--out", str(tmp_path), *flags])
+    assert code == 2 and err.strip() == message
+
+
+def test_extend_where_nothing_ran_is_one_line(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    argv = [str(SMOKE), "--out", str(tmp_path), "--tracking-uri", uri, "--extend", "--dry-run"]
+    code, err = call_main(argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: --extend: nothing ran in ") and "without --extend" in err
+    assert not (tmp_path / "mlflow.db").exists()  # nothing started, no store made
