@@ -6,7 +6,7 @@
     curves = sweeps.load_curves("results/smoke")            # (trial_id, metric, step, value)
     print(sweeps.tables(trials, "results/smoke").markdown)  # the sweep's tables
     sweeps.plots(trials, "results/smoke", "figures/")       # its plots as PNG files
-    diff = sweeps.compare("results/smoke", "results/smoke_long")
+    diff = sweeps.compare_sweeps("results/smoke", "results/smoke_long")
 
 A sweep is named as on the command line: an output folder of ``python -m sweeps.run``, an
 MLflow experiment (its newest sweep) or ``run:<parent run id>``, the latter two in the store
@@ -30,7 +30,15 @@ from sweeps.analysis.plots import CURVE_METRICS, write_plots
 from sweeps.analysis.tables import default_table_specs, primary_metric
 from sweeps.spec.table_block import TableSpec, table_specs_from_block
 
-__all__ = ["Tables", "compare", "load_curves", "load_trials", "plots", "run", "tables"]
+__all__ = [
+    "Tables",
+    "compare_sweeps",
+    "load_curves",
+    "load_trials",
+    "plots",
+    "run_spec",
+    "tables",
+]
 
 SweepRef = str | os.PathLike
 # What names a sweep's tables: a search-space file or sweep folder, a parsed spec, its table
@@ -124,7 +132,7 @@ def _table_specs(trials: pd.DataFrame, spec: TableSource) -> tuple[list[TableSpe
     return specs or default_table_specs(trials, metric), metric
 
 
-def run(
+def run_spec(
     spec: SweepRef | Mapping[str, Any],
     sets: Sequence[str] = (),
     out: str | os.PathLike = "results",
@@ -138,7 +146,9 @@ def run(
     ``storage_shared``). A mistake in the spec raises SpecError (its one line); a sweep that
     ends with a non-zero exit code raises RuntimeError after printing why.
 
-    >>> trials = run("search_spaces/smoke.yaml", sets=["base.train.max_steps=20"], out="/tmp/r")
+    >>> trials = run_spec(
+    ...     "search_spaces/smoke.yaml", sets=["base.train.max_steps=20"], out="/tmp/r"
+    ... )
     """
     from sweeps.analysis.store import default_tracking_uri
     from sweeps.runtime.driver import run_sweep
@@ -155,7 +165,7 @@ def run(
     return load_trials(out_dir)
 
 
-def compare(
+def compare_sweeps(
     a: SweepRef,
     b: SweepRef,
     *more: SweepRef,
@@ -169,16 +179,16 @@ def compare(
     ``<sweep>:<key>`` for a key it chose per cell on validation), and ``<sweep> - <first>``.
     ``metric`` defaults to the first sweep's test exact match (validation's without a test set).
 
-    >>> diff = compare("results/smoke", "results/smoke_long", metric="val/loss")
+    >>> diff = compare_sweeps("results/smoke", "results/smoke_long", metric="val/loss")
     >>> diff["smoke_long - smoke"]
     """
-    result = compare_sweeps(
+    result = compare_loaded(
         [a, b, *more], tracking_uri, metric=metric, keys=keys, select_by=select_by
     )
     return result.frame
 
 
-def compare_sweeps(
+def compare_loaded(
     refs: Sequence[SweepRef],
     tracking_uri: str | None = None,
     *,

@@ -21,7 +21,7 @@ from mlflow.exceptions import MlflowException
 from sweeps.analysis import comparison
 from sweeps.analysis.collect import CollectError
 from sweeps.analysis.comparison import Comparison
-from sweeps.api import compare_sweeps
+from sweeps.api import compare_loaded
 from sweeps.cli import ArgumentParser
 
 DEFAULT_OUT = "results/compare"
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     keys = [k.strip() for k in args.keys.split(",") if k.strip()] if args.keys else None
     try:
-        result = compare_sweeps(
+        result = compare_loaded(
             args.sweeps, args.tracking_uri, metric=args.metric, keys=keys, select_by=args.select_by
         )
         paths = write_comparison(result, args.out)

@@ -46,8 +46,8 @@ def project(tmp_path_factory):
     assert done.returncode == 0, done.stderr[-2000:]
     # The notebook block in a fresh interpreter, keeping what its sweeps.run call returned.
     block = readme_block("## From a notebook", "python")
-    assert block.count("trials = sweeps.run(") == 1
-    block = block.replace("trials = sweeps.run(", "ran = trials = sweeps.run(")
+    assert block.count("trials = sweeps.run_spec(") == 1
+    block = block.replace("trials = sweeps.run_spec(", "ran = trials = sweeps.run_spec(")
     block += "\nran.to_csv('ran.csv', index=False)\n"
     notebook = _run([sys.executable, "-c", block], tmp, env)
     assert notebook.returncode == 0, notebook.stderr[-2000:]
@@ -90,13 +90,13 @@ def test_the_readme_comparison_differences_are_b_minus_a_per_cell(project):
 
 def test_compare_reads_mlflow_names_and_parent_runs_as_the_folders(project):
     state = pd.read_json(project["b"] / "sweep.json", typ="series")
-    by_folder = api.compare(project["a"], project["b"], metric="val/loss")
-    by_store = api.compare(
+    by_folder = api.compare_sweeps(project["a"], project["b"], metric="val/loss")
+    by_store = api.compare_sweeps(
         "smoke", f"run:{state['parent_run_id']}", tracking_uri=project["uri"], metric="val/loss"
     )
     pd.testing.assert_frame_equal(by_folder, by_store, check_dtype=False)
     # A third sweep is compared with the first too; one sweep twice is told apart by where.
-    three = api.compare(project["a"], project["b"], "smoke", tracking_uri=project["uri"])
+    three = api.compare_sweeps(project["a"], project["b"], "smoke", tracking_uri=project["uri"])
     first = str(project["a"])
     assert three[f"smoke - {first}"].tolist() == [0.0, 0.0]
     assert f"{project['b']} - {first}" in three.columns
@@ -150,5 +150,7 @@ def test_run_refuses_a_bad_spec_before_anything_starts(project, tmp_path):
 
     spec = read_yaml(ROOT / "search_spaces" / "smoke.yaml")
     with pytest.raises(SpecError, match=r"space.model.d_model: expected a non-empty list"):
-        api.run(spec, sets=["space.model.d_model=[]"], out=tmp_path, tracking_uri=project["uri"])
+        api.run_spec(
+            spec, sets=["space.model.d_model=[]"], out=tmp_path, tracking_uri=project["uri"]
+        )
     assert list(tmp_path.iterdir()) == []
