@@ -81,7 +81,7 @@ CLAIMS: dict[str, Claim] = {
             "(McLeish et al. 2024: up to 99 % at 100 digits after 20); the notebook's learned "
             "positions score 0 % on 21-30 digits.",
             claims_generalisation.abacus_length,
-            plot="exact_match_by_length",
+            plot="length_heatmap",
         ),
         Claim(
             "addition_k4",
