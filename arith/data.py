@@ -5,10 +5,11 @@ and every problem is assigned to exactly one split. Huge spaces (20-digit additi
 and a problem is kept for a split only if its key hashes there, so no problem can reach two
 splits whatever the sample sizes.
 
-The extra sets (``edge``, ``longer``, ``longer_val``, ``ood``, ``carry``) are drawn apart from
-the splits, so each is filtered against training afterwards: a training problem is dropped, and
-``Dataset.records`` keeps per set its size, what was dropped and its overlap with training
-measured again on what was kept (``data/<set>/...`` metrics).
+The extra sets (``edge``, ``longer``, ``longer_val``, ``ood``, ``carry``, ``cascade``) are
+drawn apart from the splits, so each is filtered against training afterwards: a training problem
+is dropped, and ``Dataset.records`` keeps per set its size, what was dropped and its overlap with
+training measured again on what was kept (``data/<set>/...`` metrics). The carry and cascade
+sets are built by construction (arith.carry_sets).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arith import carries, tasks
+from arith import carry_sets, tasks
 from arith._sampling import mix64
 from arith.errors import require
 from arith.formats import Format, FormatConfig, build_format
@@ -57,6 +58,11 @@ class DataConfig:
     carry_size: int = 0
     """Also evaluate on a ``carry`` set of full-width additions with this many problems for each
     longest carry chain 0..n_digits (arith.carries), none of them a training problem; 0: off."""
+    cascade_size: int | None = None
+    """Also evaluate on a ``cascade`` set of this many full-width additions whose carry runs
+    from the ones digit through the top one (``1166 + 9834 = 11000``; arith.carries.cascades),
+    none of them a training problem; ``None``: as many as ``carry_size``, so a carry-aware
+    evaluation has both; 0: off. Needs task.n_digits >= 2."""
     seed: int | None = None
     """Seed of the split and the evaluation sets; ``None`` follows ``train.seed``."""
 
@@ -99,6 +105,11 @@ class DataConfig:
                 f"but got {[vlo, vhi]}",
             )
         require(self.carry_size >= 0, "data.carry_size", f"must be >= 0, got {self.carry_size}")
+        require(
+            self.cascade_size is None or self.cascade_size >= 0,
+            "data.cascade_size",
+            f"must be >= 0 or null, got {self.cascade_size}",
+        )
 
     def check_task(self, task: TaskConfig) -> None:
         """ConfigError unless every longer set is longer than any trained operand."""
@@ -111,6 +122,12 @@ class DataConfig:
                 f"must start above the {trained} digits training reaches "
                 f"(task.n_digits), but got {list(lo_hi or ())}",
             )
+
+    def cascade_problems(self, task: TaskConfig) -> int:
+        """Problems the ``cascade`` set asks for: ``cascade_size``, else ``carry_size``; 0 for
+        a task other than addition or of 1 digit (no carry can travel)."""
+        size = self.carry_size if self.cascade_size is None else self.cascade_size
+        return size if task.name == "addition" and task.n_digits >= 2 else 0
 
     def longest_operand(self, task: TaskConfig) -> int:
         """Digits of the longest operand any set holds (training or evaluation)."""
@@ -131,6 +148,8 @@ STREAM_TRAIN_SAMPLE = 4
 """The training problems decoded for train exact match (arith.trainer; ``train.seed``)."""
 STREAM_LONGER_VAL = 5
 """The ``longer_val`` set, apart so that adding it changes no other set."""
+STREAM_CASCADE = 6
+"""The ``cascade`` set, apart so that adding it changes no other set."""
 
 OVERSAMPLE, MIN_DRAW = 1.2, 16
 """``sample_split`` draws 20 % more than the split's share should yield, and at least a few, so
@@ -145,9 +164,10 @@ class SetRecord:
     """What filtering one evaluation set against training did (``data/<set>/...`` metrics)."""
 
     before: int
-    """Problems drawn (for ``carry``: asked for, ``data.carry_size`` per chain)."""
+    """Problems drawn (for ``carry`` and ``cascade``: asked for)."""
     dropped: int
-    """Problems left out as training problems (``carry``: short of what was asked)."""
+    """Problems left out as training problems (``carry``, ``cascade``: short of what was
+    asked)."""
     size: int
     """Problems the set holds."""
     train_overlap: int
@@ -164,7 +184,8 @@ class Dataset:
     train_pool: Problems | None
     """Fixed training problems, or ``None`` when training draws fresh problems each step."""
     eval_sets: dict[str, Problems] = field(default_factory=dict)
-    """``val``, ``test`` and extras (``ood``, ``longer``, ``longer_val``, ``edge``, ``carry``)."""
+    """``val``, ``test`` and extras (``ood``, ``longer``, ``longer_val``, ``edge``, ``carry``,
+    ``cascade``)."""
     eval_formats: dict[str, Format] = field(default_factory=dict)
     """A set's own format where it differs from the training one (``ood`` is spaced)."""
     split_salt: int = 0
@@ -279,8 +300,9 @@ def build_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: i
 def _add_extra_sets(
     dataset: Dataset, data: DataConfig, rng: np.random.Generator, data_seed: int
 ) -> None:
-    """``ood``, ``longer``, ``carry``, ``edge`` and ``longer_val``, each without training
-    problems. ``longer_val`` draws from its own stream, so adding it changes no other set."""
+    """``ood``, ``longer``, ``carry``, ``edge``, ``longer_val`` and ``cascade``, each without
+    training problems. ``longer_val`` and ``cascade`` draw from streams of their own, so adding
+    them changes no other set."""
     task = dataset.task
     if data.ood_spacing:
         dataset.add_set("ood", dataset.eval_sets["test"])
@@ -290,7 +312,7 @@ def _add_extra_sets(
         dataset.add_set("longer", tasks.sample(task, data.longer_size, rng, n_digits=(lo, hi)))
     if data.carry_size:
         dataset.add_set(
-            "carry", _carry_set(dataset, data, rng), data.carry_size * (task.n_digits + 1)
+            "carry", carry_sets.carry_set(dataset, data, rng), data.carry_size * (task.n_digits + 1)
         )
     edge = tasks.edge_cases(task) if data.edge_cases else None
     if edge is not None and len(edge):
@@ -299,43 +321,11 @@ def _add_extra_sets(
         lo, hi = data.longer_val_n_digits
         own_rng = np.random.default_rng([data_seed, STREAM_LONGER_VAL])
         dataset.add_set("longer_val", tasks.sample(task, data.longer_val_size, own_rng, (lo, hi)))
-
-
-def _carry_set(dataset: Dataset, data: DataConfig, rng: np.random.Generator) -> Problems:
-    """``data.carry_size`` held-out additions per longest carry chain 0..k (arith.carries).
-
-    Candidates that are training problems are dropped (``Dataset.is_training``), so the set
-    never tests memorisation. A small space may not hold enough held-out problems of a chain
-    (1-digit sums: 100 problems in all): the set then comes back short, with a note.
-    """
-    task = dataset.task
-    per_chain: dict[int, list[Problems]] = {c: [] for c in range(task.n_digits + 1)}
-    seen: set[int] = set()
-    for _ in range(100):  # a few rounds; each keeps about 70 % or more of its candidates
-        missing = {c: data.carry_size - sum(map(len, ps)) for c, ps in per_chain.items()}
-        if max(missing.values()) <= 0:
-            break
-        batch = tasks.from_operands(
-            task, carries.stratified_operands(task.n_digits, max(missing.values()) * 2, rng)
-        )
-        keys = batch.keys()
-        held_out = ~dataset.is_training(batch)
-        fresh = np.zeros(len(keys), dtype=bool)  # each problem once (small spaces repeat)
-        fresh[np.unique(keys, return_index=True)[1]] = True
-        fresh &= ~np.isin(keys, np.fromiter(seen, np.uint64, len(seen)))
-        chain = carries.longest_chain(batch, ("+",))
-        for c, need in missing.items():
-            rows = np.flatnonzero(held_out & fresh & (chain == c))[: max(need, 0)]
-            per_chain[c].append(batch.take(rows))
-            seen.update(keys[rows].tolist())
-    got = {c: sum(map(len, parts)) for c, parts in per_chain.items()}
-    short = {c: n for c, n in got.items() if n < data.carry_size}
-    if short:
-        dataset.note(
-            f"the carry set holds fewer than data.carry_size={data.carry_size} problems for "
-            f"carry chains {sorted(short)} ({short}): the other problems are training ones"
-        )
-    return Problems.concat([p for parts in per_chain.values() for p in parts])
+    cascade_size = data.cascade_problems(task)
+    if cascade_size:
+        own_rng = np.random.default_rng([data_seed, STREAM_CASCADE])
+        cascade = carry_sets.cascade_set(dataset, cascade_size, own_rng)
+        dataset.add_set("cascade", cascade, cascade_size)
 
 
 def sample_split(
