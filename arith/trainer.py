@@ -83,6 +83,8 @@ def reported_metrics(config: RunConfig) -> set[str]:
         sets["edge"] = trained
     if data.carry_size:
         sets["carry"] = trained
+    if data.cascade_problems(task):
+        sets["cascade"] = trained
     if data.ood_spacing:
         sets["ood"] = trained
     if data.longer_n_digits:
