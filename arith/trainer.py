@@ -160,8 +160,7 @@ def train_pack(
     start_time = time.perf_counter()
     device = pick_device(first.device)
     members, model = _build_pack(configs, device)
-    # each member as a model of its own, built once: views of the pack's parameters
-    views = [model.member(i) for i in range(len(members))]
+    views = model.member_views()  # each member as a model of its own, for its evaluations
     optimizer = PackedAdamW(model, [c.optim for c in configs], [m.max_steps for m in members])
     autocast = autocast_for(device, first.precision)
     peak = first.peak_flops or device_peak(device, autocast)
