@@ -293,6 +293,11 @@ def split_of(keys: np.ndarray, salt: int, val_fraction: float, test_fraction: fl
     )
 
 
+def dataset_key(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: int) -> tuple:
+    """What ``build_dataset`` depends on: runs with equal keys get equal datasets."""
+    return task, fmt, data, seed if data.seed is None else data.seed
+
+
 def build_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: int) -> Dataset:
     """Splits and evaluation sets, deterministic in ``data.seed`` (or the run's ``seed``)."""
     data_seed = seed if data.seed is None else data.seed
