@@ -30,8 +30,13 @@ class BatchSource:
             return sample_split(
                 self.dataset.task, self.data, self.dataset.split_salt, 0, self.batch_size, self.rng
             )
+        return pool.take(self.next_rows())
+
+    def next_rows(self) -> np.ndarray:
+        """Rows of the training pool that make the next batch (a fixed pool only)."""
+        pool = self.dataset.train_pool
         if self.dataset.task.name == "multi_op" and self.dataset.task.op_weights is not None:
-            return pool.take(self._weighted_draw(pool))
+            return self._weighted_draw(pool)
         index = []
         need = self.batch_size
         while need > 0:
@@ -41,7 +46,7 @@ class BatchSource:
             self.cursor += len(chunk)
             need -= len(chunk)
             index.append(chunk)
-        return pool.take(np.concatenate(index))
+        return np.concatenate(index)
 
     def _weighted_draw(self, pool: Problems) -> np.ndarray:
         """Pool indices with each operation drawn in proportion to ``task.op_weights`` (as when
@@ -74,6 +79,23 @@ class BatchSource:
         self.rng.bit_generator.state = state["rng"]
         self.order = None if state["order"] is None else state["order"].numpy()
         self.cursor = int(state["cursor"])
+
+
+def pack_batch(
+    sources: list[BatchSource], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The next batches of a pack's members as one ``(inputs, targets, loss_mask)``, member 0's
+    rows first, each member's rows as its own source would give them (padded to the widest).
+
+    Encoded once for the whole pack; members that share one training pool (one dataset) are
+    gathered from it in one indexing op.
+    """
+    first = sources[0].dataset
+    if first.train_pool is not None and all(s.dataset is first for s in sources):
+        problems = first.train_pool.take(np.concatenate([s.next_rows() for s in sources]))
+    else:
+        problems = Problems.concat([s.next_problems() for s in sources])
+    return to_tensors(first.format.encode(problems), first.format.config.mask_first_n, device)
 
 
 def to_tensors(

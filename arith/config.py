@@ -75,6 +75,12 @@ class RunConfig:
             "data.carry_size",
             f"the carry set holds additions, but task.name is {task!r}",
         )
+        require(
+            not (self.data.cascade_size and (task != "addition" or self.task.n_digits < 2)),
+            "data.cascade_size",
+            f"the cascade set holds additions of 2 digits or more, but task.name is {task!r} "
+            f"with n_digits={self.task.n_digits}",
+        )
         self.data.check_task(self.task)
         if pos == "abacus":
             longest = self.data.longest_operand(self.task)

@@ -5,10 +5,11 @@ and every problem is assigned to exactly one split. Huge spaces (20-digit additi
 and a problem is kept for a split only if its key hashes there, so no problem can reach two
 splits whatever the sample sizes.
 
-The extra sets (``edge``, ``longer``, ``longer_val``, ``ood``, ``carry``, ``length_grid``) are
-drawn apart from the splits, so each is filtered against training afterwards: a training problem
-is dropped, and ``Dataset.records`` keeps per set its size, what was dropped and its overlap
-with training measured again on what was kept (``data/<set>/...`` metrics).
+The extra sets (``edge``, ``longer``, ``longer_val``, ``ood``, ``carry``, ``cascade``,
+``length_grid``) are drawn apart from the splits, so each is filtered against training
+afterwards: a training problem is dropped, and ``Dataset.records`` keeps per set its size, what
+was dropped and its overlap with training measured again on what was kept (``data/<set>/...``
+metrics). The carry and cascade sets are built by construction (arith.carry_sets).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arith import carries, length_grid, tasks
+from arith import carry_sets, length_grid, tasks
 from arith._sampling import mix64
 from arith.errors import require
 from arith.formats import Format, FormatConfig, build_format
@@ -64,6 +65,11 @@ class DataConfig:
     """Problems per cell of the length grid, none of them a training problem."""
     length_grid_step: int = 1
     """The grid's lengths: 1, every this-many-th length and ``length_grid_max``."""
+    cascade_size: int | None = None
+    """Also evaluate on a ``cascade`` set of this many full-width additions whose carry runs
+    from the ones digit through the top one (``1166 + 9834 = 11000``; arith.carries.cascades),
+    none of them a training problem; ``None``: as many as ``carry_size``, so a carry-aware
+    evaluation has both; 0: off. Needs task.n_digits >= 2."""
     seed: int | None = None
     """Seed of the split and the evaluation sets; ``None`` follows ``train.seed``."""
 
@@ -106,6 +112,11 @@ class DataConfig:
                 f"but got {[vlo, vhi]}",
             )
         require(self.carry_size >= 0, "data.carry_size", f"must be >= 0, got {self.carry_size}")
+        require(
+            self.cascade_size is None or self.cascade_size >= 0,
+            "data.cascade_size",
+            f"must be >= 0 or null, got {self.cascade_size}",
+        )
         length_grid.check_settings(
             self.length_grid_max, self.length_grid_size, self.length_grid_step
         )
@@ -121,6 +132,12 @@ class DataConfig:
                 f"must start above the {trained} digits training reaches "
                 f"(task.n_digits), but got {list(lo_hi or ())}",
             )
+
+    def cascade_problems(self, task: TaskConfig) -> int:
+        """Problems the ``cascade`` set asks for: ``cascade_size``, else ``carry_size``; 0 for
+        a task other than addition or of 1 digit (no carry can travel)."""
+        size = self.carry_size if self.cascade_size is None else self.cascade_size
+        return size if task.name == "addition" and task.n_digits >= 2 else 0
 
     def longest_operand(self, task: TaskConfig) -> int:
         """Digits of the longest operand any set holds (training or evaluation)."""
@@ -144,6 +161,8 @@ STREAM_LONGER_VAL = 5
 """The ``longer_val`` set, apart so that adding it changes no other set."""
 STREAM_LENGTH_GRID = 6
 """The length grid (arith.length_grid), apart so that adding it changes no other set."""
+STREAM_CASCADE = 7
+"""The ``cascade`` set, apart so that adding it changes no other set."""
 
 OVERSAMPLE, MIN_DRAW = 1.2, 16
 """``sample_split`` draws 20 % more than the split's share should yield, and at least a few, so
@@ -158,9 +177,11 @@ class SetRecord:
     """What filtering one evaluation set against training did (``data/<set>/...`` metrics)."""
 
     before: int
-    """Problems drawn (``carry``, ``length_grid``: asked for, their size per chain or cell)."""
+    """Problems drawn (``carry``, ``cascade``, ``length_grid``: asked for, their size per chain
+    or cell)."""
     dropped: int
-    """Problems left out as training problems (``carry``, ``length_grid``: short of the ask)."""
+    """Problems left out as training problems (``carry``, ``cascade``, ``length_grid``: short of
+    the ask)."""
     size: int
     """Problems the set holds."""
     train_overlap: int
@@ -177,7 +198,8 @@ class Dataset:
     train_pool: Problems | None
     """Fixed training problems, or ``None`` when training draws fresh problems each step."""
     eval_sets: dict[str, Problems] = field(default_factory=dict)
-    """``val``, ``test`` and extras (``ood``, ``longer``, ``longer_val``, ``edge``, ``carry``)."""
+    """``val``, ``test`` and extras (``ood``, ``longer``, ``longer_val``, ``edge``, ``carry``,
+    ``cascade``)."""
     eval_formats: dict[str, Format] = field(default_factory=dict)
     """A set's own format where it differs from the training one (``ood`` is spaced)."""
     split_salt: int = 0
@@ -271,6 +293,11 @@ def split_of(keys: np.ndarray, salt: int, val_fraction: float, test_fraction: fl
     )
 
 
+def dataset_key(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: int) -> tuple:
+    """What ``build_dataset`` depends on: runs with equal keys get equal datasets."""
+    return task, fmt, data, seed if data.seed is None else data.seed
+
+
 def build_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: int) -> Dataset:
     """Splits and evaluation sets, deterministic in ``data.seed`` (or the run's ``seed``)."""
     data_seed = seed if data.seed is None else data.seed
@@ -310,8 +337,9 @@ def build_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: i
 def _add_extra_sets(
     dataset: Dataset, data: DataConfig, rng: np.random.Generator, data_seed: int
 ) -> None:
-    """``ood``, ``longer``, ``carry``, ``edge`` and ``longer_val``, each without training
-    problems. ``longer_val`` draws from its own stream, so adding it changes no other set."""
+    """``ood``, ``longer``, ``carry``, ``edge``, ``longer_val`` and ``cascade``, each without
+    training problems. ``longer_val`` and ``cascade`` draw from streams of their own, so adding
+    them changes no other set."""
     task = dataset.task
     if data.ood_spacing:
         dataset.add_set("ood", dataset.eval_sets["test"])
@@ -321,7 +349,7 @@ def _add_extra_sets(
         dataset.add_set("longer", tasks.sample(task, data.longer_size, rng, n_digits=(lo, hi)))
     if data.carry_size:
         dataset.add_set(
-            "carry", _carry_set(dataset, data, rng), data.carry_size * (task.n_digits + 1)
+            "carry", carry_sets.carry_set(dataset, data, rng), data.carry_size * (task.n_digits + 1)
         )
     edge = tasks.edge_cases(task) if data.edge_cases else None
     if edge is not None and len(edge):
@@ -330,43 +358,11 @@ def _add_extra_sets(
         lo, hi = data.longer_val_n_digits
         own_rng = np.random.default_rng([data_seed, STREAM_LONGER_VAL])
         dataset.add_set("longer_val", tasks.sample(task, data.longer_val_size, own_rng, (lo, hi)))
-
-
-def _carry_set(dataset: Dataset, data: DataConfig, rng: np.random.Generator) -> Problems:
-    """``data.carry_size`` held-out additions per longest carry chain 0..k (arith.carries).
-
-    Candidates that are training problems are dropped (``Dataset.is_training``), so the set
-    never tests memorisation. A small space may not hold enough held-out problems of a chain
-    (1-digit sums: 100 problems in all): the set then comes back short, with a note.
-    """
-    task = dataset.task
-    per_chain: dict[int, list[Problems]] = {c: [] for c in range(task.n_digits + 1)}
-    seen: set[int] = set()
-    for _ in range(100):  # a few rounds; each keeps about 70 % or more of its candidates
-        missing = {c: data.carry_size - sum(map(len, ps)) for c, ps in per_chain.items()}
-        if max(missing.values()) <= 0:
-            break
-        batch = tasks.from_operands(
-            task, carries.stratified_operands(task.n_digits, max(missing.values()) * 2, rng)
-        )
-        keys = batch.keys()
-        held_out = ~dataset.is_training(batch)
-        fresh = np.zeros(len(keys), dtype=bool)  # each problem once (small spaces repeat)
-        fresh[np.unique(keys, return_index=True)[1]] = True
-        fresh &= ~np.isin(keys, np.fromiter(seen, np.uint64, len(seen)))
-        chain = carries.longest_chain(batch, ("+",))
-        for c, need in missing.items():
-            rows = np.flatnonzero(held_out & fresh & (chain == c))[: max(need, 0)]
-            per_chain[c].append(batch.take(rows))
-            seen.update(keys[rows].tolist())
-    got = {c: sum(map(len, parts)) for c, parts in per_chain.items()}
-    short = {c: n for c, n in got.items() if n < data.carry_size}
-    if short:
-        dataset.note(
-            f"the carry set holds fewer than data.carry_size={data.carry_size} problems for "
-            f"carry chains {sorted(short)} ({short}): the other problems are training ones"
-        )
-    return Problems.concat([p for parts in per_chain.values() for p in parts])
+    cascade_size = data.cascade_problems(task)
+    if cascade_size:
+        own_rng = np.random.default_rng([data_seed, STREAM_CASCADE])
+        cascade = carry_sets.cascade_set(dataset, cascade_size, own_rng)
+        dataset.add_set("cascade", cascade, cascade_size)
 
 
 def sample_split(

@@ -1,4 +1,5 @@
-"""Batched greedy decoding and the metrics: exact match, normalised match, per op and per length.
+"""Batched greedy decoding and the metrics: exact match, normalised match, per op, per length,
+per carry chain and cascade, and per answer digit position.
 
 Problems are grouped by prompt length, so each group decodes as one batch with a KV cache and
 no padding: the prompt is read in one forward pass, then one token per step for the whole group.
@@ -174,6 +175,8 @@ def evaluate_set(
     if reference is fmt:
         metrics.update(teacher_forced(model, fmt, problems, device, batch_size))
     metrics.update(_breakdowns(problems, exact, reference))
+    if _by_digit(reference.task):
+        metrics.update(digit_accuracy(got, problems, reference))
     model.train(was_training)
     return metrics
 
@@ -207,6 +210,7 @@ def set_metric_names(
     superset: a breakdown appears only where the set holds such problems. The same rules as
     ``evaluate_set`` and ``_breakdowns``, so the two cannot disagree.
     """
+    lengths = list(lengths)
     names = {"exact_match", "short_answers"}
     if _reports_normalised(format_name, reference_differs):
         names.add("normalised_match")
@@ -215,9 +219,13 @@ def set_metric_names(
     if _by_op(task):
         names |= {_op_key(symbol) for symbol in tasks.op_symbols(task)}
     chains = range(max_chain + 1)
-    names |= {_chain_key(task, symbol, c) for symbol in _chain_symbols(task) for c in chains}
+    for symbol in _chain_symbols(task):
+        names |= {_chain_key(task, symbol, c) for c in chains} | {_cascade_key(task, symbol)}
     if _by_length(task):
         names |= {_length_key(n) for n in lengths}
+    if _by_digit(task):
+        widest = tasks.max_answer_digits(task, max(lengths))
+        names |= {_digit_key(i) for i in range(widest)}
     return names
 
 
@@ -232,6 +240,10 @@ def _by_op(task: tasks.TaskConfig) -> bool:
 
 def _by_length(task: tasks.TaskConfig) -> bool:
     return task.name in ("addition", "multiplication", "sorting")
+
+
+def _by_digit(task: tasks.TaskConfig) -> bool:
+    return task.name != "sorting"  # a sorting answer is letters, not digits
 
 
 def _op_key(symbol: str) -> str:
@@ -256,8 +268,22 @@ def _chain_symbols(task: tasks.TaskConfig) -> list[str]:
 def _chain_key(task: tasks.TaskConfig, symbol: str, chain: int) -> str:
     """Addition: ``exact_match/carry_<c>``; multi_op: ``exact_match/add/carry_<c>`` and
     ``exact_match/sub/borrow_<c>``."""
-    op = "" if task.name == "addition" else f"{OP_NAMES[symbol]}/"
-    return f"exact_match/{op}{CHAIN_KINDS[symbol]}_{chain}"
+    return f"exact_match/{_chain_op(task, symbol)}{CHAIN_KINDS[symbol]}_{chain}"
+
+
+def _cascade_key(task: tasks.TaskConfig, symbol: str) -> str:
+    """Addition: ``exact_match/cascade``; multi_op: ``exact_match/add/cascade`` and
+    ``exact_match/sub/cascade`` (arith.carries.cascades)."""
+    return f"exact_match/{_chain_op(task, symbol)}cascade"
+
+
+def _chain_op(task: tasks.TaskConfig, symbol: str) -> str:
+    """The operator's part of a chain key: none for addition, ``add/`` in multi_op."""
+    return "" if task.name == "addition" else f"{OP_NAMES[symbol]}/"
+
+
+def _digit_key(position: int) -> str:
+    return f"digit_accuracy/{position}"
 
 
 def _breakdowns(problems: Problems, exact: np.ndarray, fmt: Format) -> dict[str, float]:
@@ -283,12 +309,14 @@ def _breakdowns(problems: Problems, exact: np.ndarray, fmt: Format) -> dict[str,
 
 def _carry_breakdown(problems: Problems, exact: np.ndarray, task: tasks.TaskConfig) -> dict:
     """Exact match by the longest carry chain (``+``) or borrow chain (``-``) of a problem
-    (keys: ``_chain_key``). Other tasks have no carries to count."""
+    (keys: ``_chain_key``), and on its cascades (``_cascade_key``, where the set holds any).
+    Other tasks have no carries to count."""
     chained = _chain_symbols(task)
     if not chained:
         return {}
     symbols = tasks.op_symbols(task)
     chain = carries.longest_chain(problems, symbols)
+    cascade = carries.cascades(problems, symbols)
     out: dict[str, float] = {}
     for index, symbol in enumerate(symbols):
         if symbol not in chained:
@@ -297,4 +325,38 @@ def _carry_breakdown(problems: Problems, exact: np.ndarray, task: tasks.TaskConf
         for c in np.unique(chain[rows]):
             hits = exact[rows & (chain == c)]
             out[_chain_key(task, symbol, int(c))] = float(hits.mean())
+        if (rows & cascade).any():
+            out[_cascade_key(task, symbol)] = float(exact[rows & cascade].mean())
     return out
+
+
+def digit_accuracy(got: list[str], problems: Problems, fmt: Format) -> dict[str, float]:
+    """Accuracy of each answer digit, ``digit_accuracy/<i>``, over the problems whose answer
+    has a digit i; positions count from the least significant digit (0: the ones), so they
+    align across answer lengths, as length-generalisation papers report them.
+
+    ``got`` is the decoded answer text; its digits are read in ``fmt``'s order (reversed
+    answers least significant first, carry traces every third character after the sign,
+    other formats from the right, spacing and sign aside), so a missing or extra digit in a
+    most-significant-first answer shows as wrong digits above it. The expected digits are
+    the problem's own (|answer|, so a sign error shows in exact match only).
+    """
+    width = int(problems.answer_len.max())
+    expected = problems.answer[:, ::-1][:, :width]  # (N, width), the ones digit first
+    predicted = np.full(expected.shape, -1, dtype=np.int16)
+    for row, text in enumerate(got):
+        digits = _digits_from_ones(text, fmt.config.name)[:width]
+        codes = np.frombuffer(digits.encode(), np.uint8).astype(np.int16)
+        predicted[row, : len(digits)] = codes - ord("0")  # any other character: not 0..9
+    present = np.arange(width)[None, :] < problems.answer_len[:, None]
+    hits = (predicted == expected) & present
+    return {_digit_key(i): float(hits[:, i].sum() / present[:, i].sum()) for i in range(width)}
+
+
+def _digits_from_ones(text: str, format_name: str) -> str:
+    """The digits of an answer text, least significant first: ``"6 912"`` -> ``"2196"``;
+    reversed ``"2196"`` -> ``"2196"``; carry_trace ``"+501302"`` -> ``"53"``."""
+    text = "".join(text.split()).lstrip("+-")
+    if format_name == "carry_trace":
+        return text[0::3]
+    return text if format_name == "reversed" else text[::-1]

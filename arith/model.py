@@ -19,6 +19,7 @@ nh heads of hs = C / nh channels.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -325,16 +326,26 @@ class GPT(nn.Module):
 
     def member(self, i: int) -> GPT:
         """Member ``i`` as a one-member model whose parameters are views of this one's."""
+        return self.member_views()[i]
+
+    def member_views(self) -> list[GPT]:
+        """Every member as a one-member model whose parameters are views of this one's. One
+        empty shell is built on the meta device (initialising it costs more than the copies)
+        and copied for each member."""
         if self.members == 1:
-            return self
+            return [self]
         with torch.random.fork_rng(devices=[]), torch.device("meta"):
-            own = replace(self.cfg, dropout=self.dropout_rates[i])
-            view = GPT(own, self.vocab_size, self.max_seq_len)
-        view.is_digit = self.is_digit
-        for name, p in self.named_parameters():
-            owner, _, leaf = name.rpartition(".")
-            setattr(view.get_submodule(owner), leaf, nn.Parameter(p.detach()[i : i + 1]))
-        return view.train(self.training)
+            shell = GPT(self.cfg, self.vocab_size, self.max_seq_len)
+        views = []
+        for i, rate in enumerate(self.dropout_rates):
+            view = copy.deepcopy(shell)
+            view.cfg, view.dropout_rates = replace(self.cfg, dropout=rate), (rate,)
+            view.is_digit = self.is_digit
+            for name, p in self.named_parameters():
+                owner, _, leaf = name.rpartition(".")
+                setattr(view.get_submodule(owner), leaf, nn.Parameter(p.detach()[i : i + 1]))
+            views.append(view.train(self.training))
+        return views
 
     def forward(
         self,

@@ -95,9 +95,10 @@ class PackedAdamW:
     gradient clipping and step count, over parameters stacked along dimension 0.
 
     torch's AdamW takes one learning rate per parameter group, so a member cannot have its own
-    on a stacked tensor; here each member's slices go through torch's fused AdamW kernel with
-    that member's settings (one call per member and decay group), the same arithmetic as
-    ``torch.optim.AdamW(fused=True)`` with a ``LambdaLR`` of ``lr_factor``. Weight decay
+    on a stacked tensor. One model steps through torch's fused AdamW kernel, exactly
+    ``torch.optim.AdamW(fused=True)`` with a ``LambdaLR`` of ``lr_factor``; a pack does the
+    kernel's arithmetic on whole stacked tensors, each member's settings a vector along the
+    member dimension (equal to its run alone up to rounding). Weight decay
     (Loshchilov & Hutter 2019) applies to matrices (embeddings included: grokking, Power et al.
     2022, depends on it), not to biases or norms. A member marked inactive does not update.
     The ``abacus_bias`` table steps at ``abacus_bias_lr_mult`` times the learning rate.
@@ -149,6 +150,9 @@ class PackedAdamW:
     @torch.no_grad()
     def step(self, members: list[int]) -> None:
         """One AdamW step for the listed members; the others keep their parameters and state."""
+        if len(self.configs) > 1:
+            self._step_stacked(members)
+            return
         n_decay = len(self.decay)
         for i in members:
             cfg = self.configs[i]
@@ -169,6 +173,39 @@ class PackedAdamW:
                     # (which meets gradients mult times larger there) are divided by mult
                     mult = cfg.abacus_bias_lr_mult
                     self._update(i, faster, lr * mult, decay / mult, cfg.eps / mult)
+
+    def _step_stacked(self, members: list[int]) -> None:
+        """All members at once, one pass over each stacked parameter: the fused kernel's
+        arithmetic with each member's settings as a vector along the member dimension, so a
+        step's tensor work does not grow with the number of members."""
+        device, n = self.params[0].device, len(self.configs)
+        active = torch.zeros(n, dtype=torch.bool, device=device)
+        active[members] = True
+        chosen = set(members)
+        lrs = [self.lr(i) if i in chosen else 0.0 for i in range(n)]
+        for i in members:
+            self.step_counts[i] += 1
+        plain = _member_coefficients(self.configs, lrs, self.step_counts, 1.0)
+        faster = None
+        if any(self.faster):
+            mults = [c.abacus_bias_lr_mult for c in self.configs]
+            faster = _member_coefficients(self.configs, lrs, self.step_counts, mults)
+        coefficients = torch.tensor(plain, device=device)  # (6, M)
+        fast = None if faster is None else torch.tensor(faster, device=device)
+        for j, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            c = fast if self.faster[j] else coefficients
+            c = c.view(6, n, *([1] * (p.dim() - 1)))
+            decay = c[0] if j < len(self.decay) else 1.0
+            avg = self.exp_avg[j].lerp(p.grad, c[1])  # 1 - beta1
+            avg_sq = self.exp_avg_sq[j] * c[2] + p.grad * p.grad * (1 - c[2])  # beta2
+            denom = avg_sq.sqrt() / c[3] + c[4]  # sqrt of beta2's bias correction, eps
+            new = p * decay - c[5] * avg / denom  # lr over beta1's bias correction
+            keep = active.view(n, *([1] * (p.dim() - 1)))
+            p.copy_(torch.where(keep, new, p))
+            self.exp_avg[j].copy_(torch.where(keep, avg, self.exp_avg[j]))
+            self.exp_avg_sq[j].copy_(torch.where(keep, avg_sq, self.exp_avg_sq[j]))
 
     def _update(
         self, i: int, chosen: list[int], lr: float, weight_decay: float, eps: float
@@ -195,6 +232,8 @@ class PackedAdamW:
             param.addcdiv_(avg, denom, value=-lr / (1 - beta1**step))
 
     def state_dict(self) -> dict:
+        for step, count in zip(self.steps, self.step_counts, strict=True):
+            step.fill_(count)  # the stacked step counts in Python only
         return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps}
 
     def load_state_dict(self, state: dict) -> None:
@@ -205,3 +244,19 @@ class PackedAdamW:
         ):
             mine.copy_(saved)
         self.step_counts = [int(step.item()) for step in self.steps]
+
+
+def _member_coefficients(configs, lrs, steps, mults) -> list[list[float]]:
+    """Per member, what one AdamW step multiplies by: the decoupled decay factor, 1 - beta1,
+    beta2, the square root of beta2's bias correction, eps, and lr over beta1's bias
+    correction; ``mults`` scale the learning rate as ``abacus_bias_lr_mult`` does (decay and
+    eps divided by it, as in ``PackedAdamW.step``). Rows of (6, M)."""
+    rows = []
+    for i, cfg in enumerate(configs):
+        mult = mults if isinstance(mults, float) else mults[i]
+        lr, (beta1, beta2), step = lrs[i] * mult, cfg.betas, max(steps[i], 1)
+        rows.append([
+            1 - lr * cfg.weight_decay / mult, 1 - beta1, beta2,
+            math.sqrt(1 - beta2**step), cfg.eps / mult, lr / (1 - beta1**step),
+        ])  # fmt: skip
+    return [list(column) for column in zip(*rows, strict=True)]

@@ -1,12 +1,8 @@
-"""Which runs may train together as one packed model (arith.members), and how their batches
-are laid side by side."""
+"""Which runs may train together as one packed model (arith.members)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-
-import torch
-import torch.nn.functional as F
 
 from arith.dataconf import flatten
 from arith.errors import require
@@ -60,11 +56,3 @@ def check_packable(configs: list[RunConfig]) -> None:
                 f"must be the same for every member of a pack, but member 0 has {first[key]} "
                 f"and member {index} has {value}",
             )
-
-
-def stack_rows(parts: list[torch.Tensor], fill) -> torch.Tensor:
-    """Members' (b, T_i) batches as one (M*b, max T) batch; padding is masked out of the loss."""
-    if len(parts) == 1:
-        return parts[0]
-    width = max(p.shape[1] for p in parts)
-    return torch.cat([F.pad(p, (0, width - p.shape[1]), value=fill) for p in parts])

@@ -22,9 +22,16 @@ import torch.nn.functional as F
 from arith import checkpoint as ckpt
 from arith import length_grid, tasks
 from arith import model as model_lib
-from arith.batches import BatchSource
+from arith.batches import BatchSource, pack_batch
 from arith.cost import n_params, planned_steps, step_cost
-from arith.data import DATA_METRICS, STREAM_TRAIN_SAMPLE, Dataset, build_dataset, sample_split
+from arith.data import (
+    DATA_METRICS,
+    STREAM_TRAIN_SAMPLE,
+    Dataset,
+    build_dataset,
+    dataset_key,
+    sample_split,
+)
 from arith.diagnostics import SPLIT_PAIRS, RunDiagnostics
 from arith.errors import ConfigError
 from arith.evaluate import set_metric_names
@@ -32,7 +39,7 @@ from arith.formats import longest_digit_run
 from arith.hardware import PERF_METRICS, Throughput, autocast_for, device_peak, pick_device
 from arith.member_run import MemberRun, evaluate_member, summarise
 from arith.optim import PackedAdamW
-from arith.packing import check_packable, stack_rows
+from arith.packing import check_packable
 
 if TYPE_CHECKING:
     from arith.config import RunConfig
@@ -83,6 +90,8 @@ def reported_metrics(config: RunConfig) -> set[str]:
         sets["edge"] = trained
     if data.carry_size:
         sets["carry"] = trained
+    if data.cascade_problems(task):
+        sets["cascade"] = trained
     if data.ood_spacing:
         sets["ood"] = trained
     if data.longer_n_digits:
@@ -160,6 +169,7 @@ def train_pack(
     start_time = time.perf_counter()
     device = pick_device(first.device)
     members, model = _build_pack(configs, device)
+    views = model.member_views()  # each member as a model of its own, for its evaluations
     optimizer = PackedAdamW(model, [c.optim for c in configs], [m.max_steps for m in members])
     autocast = autocast_for(device, first.precision)
     peak = first.peak_flops or device_peak(device, autocast)
@@ -180,7 +190,7 @@ def train_pack(
             if checkpoint_dir is not None:
                 member_dir = ckpt.member_dir(checkpoint_dir, i, len(members))
             m, lr = members[i], optimizer.lr(i)
-            evaluate_member(m, model.member(i), step, lr, elapsed, device, member_dir)
+            evaluate_member(m, views[i], step, lr, elapsed, device, member_dir)
         if checkpoint_dir is not None and due:
             _save(checkpoint_dir, configs, model, optimizer, members, step, elapsed())
         _report(members, due, step, checkpoint_dir, report, progress, report_step)
@@ -225,15 +235,23 @@ def _member_losses(logits, targets, mask, n_members: int) -> torch.Tensor:
 
 def _build_pack(configs: list[RunConfig], device) -> tuple[list[MemberRun], model_lib.GPT]:
     """Each member's run and model, built as if it trained alone, and the models stacked."""
-    built = [_build_member(config, device) for config in configs]
+    # one dataset per data seed (and its diagnostics, for a shared training pool): members that
+    # share it share it
+    shared: dict[tuple, Any] = {}
+    built = [_build_member(config, device, shared) for config in configs]
     return [member for member, _ in built], model_lib.GPT.stack([model for _, model in built])
 
 
-def _build_member(config: RunConfig, device: torch.device) -> tuple[MemberRun, model_lib.GPT]:
+def _build_member(
+    config: RunConfig, device: torch.device, shared: dict[tuple, Any]
+) -> tuple[MemberRun, model_lib.GPT]:
     """A member's data and its model, initialised from its own seed as if it trained alone."""
     tc = config.train
+    key = dataset_key(config.task, config.format, config.data, tc.seed)
+    if key not in shared:
+        shared[key] = build_dataset(config.task, config.format, config.data, tc.seed)
+    dataset = shared[key]
     torch.manual_seed(tc.seed)
-    dataset = build_dataset(config.task, config.format, config.data, tc.seed)
     model = build_model(config, dataset).to(device)
     cost = step_cost(config)
     train_sample = _train_eval_sample(dataset, config, tc)
@@ -247,9 +265,21 @@ def _build_member(config: RunConfig, device: torch.device) -> tuple[MemberRun, m
         train_sample=train_sample,
         meter=Throughput(cost["flops_per_token"], None),
         cost=cost,
-        diagnostics=RunDiagnostics.build(dataset, train),
+        diagnostics=_diagnostics(dataset, train, shared, key),
     )
     return member, model
+
+
+def _diagnostics(dataset: Dataset, train, shared: dict[tuple, Any], key: tuple) -> RunDiagnostics:
+    """A member's diagnostics, their data part built once per shared training pool (its
+    histograms are the same for every member of the pool; a member that draws its own training
+    sample gets its own). Embedding snapshots are always the member's."""
+    if dataset.train_pool is None:
+        return RunDiagnostics.build(dataset, train)
+    if ("diagnostics", key) not in shared:
+        shared["diagnostics", key] = RunDiagnostics.build(dataset, train)
+    built = shared["diagnostics", key]
+    return RunDiagnostics(data=built.data, tokens=built.tokens, used=built.used)
 
 
 def _resume(path, model, optimizer: PackedAdamW, members: list[MemberRun]) -> None:
@@ -298,20 +328,20 @@ def _report(members, due, step, checkpoint_dir, report, progress, report_step) -
 def _next_batch(members: list[MemberRun], device):
     """The members' next batches as one: inputs, targets and loss mask (B, T), member 0's rows
     first, and the Abacus offsets (B,) where the model has Abacus positions (else None)."""
+    inputs, targets, mask = pack_batch([m.batches for m in members], device)
     config = members[0].config
-    abacus = config.model.position == "abacus"
-    # the longest digit run the format writes, at least k + 1 as before (arith.formats)
+    if config.model.position != "abacus":
+        return inputs, targets, mask, None
+    # McLeish et al. 2024: a random shift so long numbers meet trained indices, drawn from each
+    # member's own generator; the longest digit run the format writes, at least k + 1
     max_run = max(config.task.n_digits + 1, longest_digit_run(config.format, config.task))
-    inputs, targets, mask, offsets = [], [], [], []
-    for m in members:
-        x, y, keep = m.batches.next_batch(device)
-        inputs.append(x), targets.append(y), mask.append(keep)
-        if abacus:  # McLeish et al. 2024: random shift so long numbers meet trained indices
-            high = max(1, m.config.model.abacus_max_k - max_run)
-            offsets.append(torch.randint(0, high, (x.shape[0],), generator=m.generator))
-    pad_id = members[0].dataset.format.pad_id
-    offset = torch.cat(offsets).to(device) if abacus else None
-    return stack_rows(inputs, pad_id), stack_rows(targets, pad_id), stack_rows(mask, False), offset
+    rows = inputs.shape[0] // len(members)
+    highs = [max(1, m.config.model.abacus_max_k - max_run) for m in members]
+    offsets = [
+        torch.randint(0, high, (rows,), generator=m.generator)
+        for m, high in zip(members, highs, strict=True)
+    ]
+    return inputs, targets, mask, torch.cat(offsets).to(device)
 
 
 def _total_steps(config: RunConfig, dataset: Dataset) -> int:

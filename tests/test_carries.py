@@ -110,6 +110,7 @@ def test_carry_breakdown_scores_each_chain_length():
         "exact_match/carry_0": 0.5,
         "exact_match/carry_1": 1.0,
         "exact_match/carry_3": 0.0,
+        "exact_match/cascade": 0.0,  # 999 + 1: the ones' carry reaches the top and out
     }
 
 
@@ -133,9 +134,13 @@ def test_a_run_reports_carry_metrics_it_declares():
         ],
     )
     summary = train(cfg)
-    carry_keys = {k for k in summary if "carry_" in k}
+    carry_keys = {k for k in summary if "carry_" in k or "cascade" in k or "digit_acc" in k}
     assert {"carry/exact_match/carry_0", "carry/exact_match/carry_2"} <= carry_keys
     assert "test/exact_match/carry_1" in carry_keys
+    # the cascade set follows data.carry_size; every answer digit is scored, 0 the ones
+    assert {"cascade/exact_match", "cascade/exact_match/cascade"} <= carry_keys
+    assert {f"cascade/digit_accuracy/{i}" for i in range(3)} <= carry_keys
+    assert {"val/digit_accuracy/0", "test/digit_accuracy/2"} <= carry_keys
     assert carry_keys <= reported_metrics(cfg)
     assert {"test/short_answers", "carry/short_answers"} <= set(summary) & reported_metrics(cfg)
 
@@ -146,3 +151,107 @@ def test_answers_that_end_before_the_expected_one_are_counted():
     got = ["12", "1 234", "", "12 345"]
     expected = ["123", "1234", "1", "2 345"]
     assert ended_early(got, expected, fmt, fmt).tolist() == [True, False, True, False]
+
+
+def brute_cascade(a: int, b: int, op: str) -> bool:
+    """The cascade rule with Python ints, one column at a time (arith.carries.cascades)."""
+    if op == "-":
+        a, b = max(a, b), min(a, b)
+    width = max(len(str(a)), len(str(b)))
+    cols = [(a // 10**i % 10, b // 10**i % 10) for i in range(width)]  # the ones first
+    value = [x + y if op == "+" else x - y for x, y in cols]
+    if op == "+":
+        return width >= 2 and value[0] >= 10 and all(v == 9 for v in value[1:-1]) and value[-1] >= 9
+    return width >= 2 and value[0] < 0 and all(v == 0 for v in value[1:-1])
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "cascade"),
+    [
+        (1166, 9834, True),  # = 11000: the plain model answered 10000
+        (4584, 9416, True),  # = 14000: answered 13000
+        (1234, 1111, False),
+        (16, 84, True),
+        (9999, 1, True),
+        (9999, 9999, False),  # every column carries on its own
+        (1176, 9834, False),  # the tens carry on their own: the chain restarts
+        (7, 5, False),  # one column: nothing travels
+    ],
+)
+def test_cascades_of_known_sums(a, b, cascade):
+    problems = tasks.from_ints(ADD, [[a, b]])
+    assert carries.cascades(problems, ("+",)).tolist() == [cascade]
+
+
+def test_cascades_match_column_by_column_reference():
+    rng = np.random.default_rng(1)
+    rows = tasks.to_ints(tasks.from_operands(ADD, carries.cascade_operands(4, 500, rng)))[0]
+    rows += rng.integers(0, 10**4, size=(2000, 2)).tolist()
+    # borrow cascades: equal middle digits, the smaller ones digit on the larger operand
+    top, middle, ones = (
+        rng.integers(1, 10, (300, 2)),
+        rng.integers(0, 100, 300),
+        rng.integers(0, 10, (300, 2)),
+    )
+    rows += (np.sort(top, axis=1) * 1000 + middle[:, None] * 10 + -np.sort(-ones, axis=1)).tolist()
+    ops = rng.choice(["+", "-", "*"], size=len(rows)).tolist()
+    problems = tasks.from_ints(MULTI, rows, ops)
+    got = carries.cascades(problems, tasks.op_symbols(MULTI))
+    want = [op != "*" and brute_cascade(a, b, op) for (a, b), op in zip(rows, ops, strict=True)]
+    assert got.tolist() == want
+    for op in ("+", "-"):  # each kind present, and most problems not cascades
+        assert 30 < sum(w for w, o in zip(want, ops, strict=True) if o == op) < len(rows) / 6
+
+
+@pytest.mark.parametrize(("a", "b"), [(5123, 4124), (1000, 1), (1, 1000), (7123, 4124)])
+def test_a_borrow_from_the_ones_into_the_top_digit_cascades(a, b):
+    problems = tasks.from_ints(MULTI, [[a, b], [1000, 999]], ["-", "-"])
+    assert carries.cascades(problems, tasks.op_symbols(MULTI)).tolist() == [True, False]
+
+
+def test_cascade_set_is_held_out_unique_and_all_cascades():
+    cfg = config_lib.load(None, ["task.n_digits=5", "data.carry_size=5", "data.cascade_size=300"])
+    dataset = build_dataset(cfg.task, cfg.format, cfg.data, seed=0)
+    cascade = dataset.eval_sets["cascade"]
+    assert len(cascade) == 300 and (cascade.operand_len == 5).all()
+    assert carries.cascades(cascade, ("+",)).all()
+    assert (cascade.answer_len == 6).all()  # one digit longer than the operands
+    keys = cascade.keys()
+    assert len(np.unique(keys)) == len(keys)
+    assert not dataset.is_training(cascade).any()
+    assert dataset.data_metrics()["data/cascade/train_overlap"] == 0
+
+
+def test_cascade_set_of_a_small_space_avoids_its_training_pool():
+    # 2-digit sums hold 2,385 cascades, about 70 % of them training ones
+    cfg = config_lib.load(None, ["task.n_digits=2", "data.cascade_size=1000"])
+    with pytest.warns(UserWarning, match=r"the cascade set holds \d+ of its 1000"):
+        dataset = build_dataset(cfg.task, cfg.format, cfg.data, seed=0)
+    cascade = dataset.eval_sets["cascade"]
+    assert 500 < len(cascade) < 1000
+    assert not np.isin(cascade.keys(), dataset.train_pool.keys()).any()
+    assert carries.cascades(cascade, ("+",)).all()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "size"),
+    [
+        (["data.carry_size=7"], 7),  # follows the carry set
+        (["data.carry_size=7", "data.cascade_size=0"], 0),
+        (["data.cascade_size=4"], 4),
+        (["data.carry_size=7", "task.n_digits=1"], 0),  # one digit: nothing travels
+    ],
+)
+def test_cascade_set_size_follows_the_carry_set(overrides, size):
+    cfg = config_lib.load(None, overrides)
+    assert cfg.data.cascade_problems(cfg.task) == size
+    assert ("cascade/exact_match" in reported_metrics(cfg)) is (size > 0)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["task.name=modular", "data.cascade_size=10"], ["task.n_digits=1", "data.cascade_size=3"]],
+)
+def test_cascade_set_needs_addition_of_two_digits(overrides):
+    with pytest.raises(ConfigError, match=r"data\.cascade_size"):
+        config_lib.load(None, overrides)

@@ -1,5 +1,5 @@
-"""Exact and normalised match score token ids up to EOS, and the teacher-forced loss counts the
-tokens the training loss counts."""
+"""Exact and normalised match score token ids up to EOS, digit accuracy scores each answer digit
+from the ones up, and the teacher-forced loss counts the tokens the training loss counts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from arith import config as config_lib
 from arith.batches import to_tensors
 from arith.data import build_dataset
-from arith.evaluate import evaluate_set, teacher_forced
+from arith.evaluate import digit_accuracy, evaluate_set, teacher_forced
 from arith.formats import FormatConfig, build_format
 from arith.tasks import TaskConfig, from_ints
 from arith.trainer import build_model
@@ -80,6 +80,55 @@ def test_normalised_match_needs_eos_and_no_pad(script, normalised):
     metrics = scores(SPACED, PLAIN, script)
     assert metrics["normalised_match"] == normalised
     assert metrics["exact_match"] == float(script == "6912$")
+
+
+SUMS = from_ints(TASK, [[1166, 9834], [1234, 1111]], ["+", "+"])  # 11000 and 2345
+
+
+def test_a_wrong_tens_digit_shows_in_digit_accuracy_1_only():
+    metrics = scores(PLAIN, None, "6902$")  # 6912 with the tens wrong, from the decoding pass
+    assert metrics["exact_match"] == 0.0
+    digits = {k: v for k, v in metrics.items() if k.startswith("digit_accuracy/")}
+    assert digits == {"digit_accuracy/0": 1.0, "digit_accuracy/1": 0.0} | {
+        f"digit_accuracy/{i}": 1.0 for i in (2, 3)
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "got"),
+    [
+        ("plain", ["10000", "2355"]),  # 11000 missing the cascade's carry; 2345 with a wrong tens
+        ("spaced", ["10 000", "2 355"]),
+        ("reversed", ["00001", "5532"]),
+    ],
+)
+def test_digit_accuracy_counts_positions_from_the_ones_digit(name, got):
+    fmt = build_format(FormatConfig(name=name), TASK)
+    assert digit_accuracy(got, SUMS, fmt) == {
+        "digit_accuracy/0": 1.0,
+        "digit_accuracy/1": 0.5,
+        "digit_accuracy/2": 1.0,
+        "digit_accuracy/3": 0.5,
+        "digit_accuracy/4": 1.0,  # only 11000 has a fifth digit
+    }
+
+
+def test_a_missing_digit_is_wrong_where_it_should_be():
+    got = ["1000", "234a"]  # 11000 one digit short; a letter for 2345's ones digit
+    acc = digit_accuracy(got, SUMS, PLAIN)
+    assert (acc["digit_accuracy/3"], acc["digit_accuracy/4"]) == (1.0, 0.0)
+    assert (acc["digit_accuracy/0"], acc["digit_accuracy/1"]) == (0.5, 1.0)
+
+
+@pytest.mark.parametrize("name", ["plain", "spaced", "reversed", "carry_trace", "base100"])
+def test_right_answers_score_every_digit_in_every_format(name):
+    task = TaskConfig(name="multi_op", n_digits=3)
+    problems = from_ints(task, [[0, 999], [12, 34], [999, 999], [7, 3]], ["-", "+", "*", "//"])
+    fmt = build_format(FormatConfig(name=name), task)
+    right = digit_accuracy(fmt.answer_text(problems), problems, fmt)
+    assert right == {f"digit_accuracy/{i}": 1.0 for i in range(6)}  # 998001 has 6 digits
+    wrong = digit_accuracy(fmt.answer_text(problems.take(np.array([1, 1]))), problems, fmt)
+    assert wrong["digit_accuracy/0"] == 0.25  # 46 in every row: only 12 + 34 is right
 
 
 @pytest.mark.parametrize("mask_first_n", [0, 2])

@@ -220,6 +220,17 @@ def test_multi_op_check_says_not_measured_for_a_missing_operation(dropped, per_o
     assert all(f"{op} not measured" in sentences[2] for op in dropped)
 
 
+def test_addition_k4_reports_the_cascade_set_per_format():
+    trials = pd.DataFrame(
+        {"format.name": ["plain", "reversed"], "cascade/exact_match": [0.83, 1.0]}
+    )
+    sentences = CLAIMS["addition_k4"].check({"main": trials})
+    assert sum("cascade set" in s for s in sentences) == 2
+    assert any(
+        s.startswith("plain answers on the cascade set") and "83.0 %" in s for s in sentences
+    )
+
+
 def test_addition_k4_bar_without_a_test_figure_is_not_measured():
     trials = pd.DataFrame({"format.name": ["plain"], "val/exact_match": [0.99]})
     sentences = CLAIMS["addition_k4"].check({"main": trials})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -83,6 +84,28 @@ def test_members_drop_out_at_their_own_rates():
         else:  # masks come from the pack's RNG: the same rate, other draws
             assert packed[-1]["train/loss"] != alone[-1]["train/loss"]
     assert reports[0][-1]["train/loss"] != reports[1][-1]["train/loss"]
+
+
+def test_members_of_one_data_seed_share_one_dataset(monkeypatch):
+    """One build per data seed in a pack: members 0 and 2 (data.seed 1) share theirs, member 1
+    (data.seed 0) gets its own split, and each still trains as it would alone."""
+    from arith import trainer
+
+    built, build = [], trainer.build_dataset
+
+    def counted(*args):
+        built.append(build(*args))
+        return built[-1]
+
+    monkeypatch.setattr(trainer, "build_dataset", counted)
+    configs = [tiny(*m, f"data.seed={seed}") for m, seed in zip(MEMBERS, (1, 0, 1), strict=True)]
+    _, reports = run_pack(configs)
+    assert len(built) == 2
+    shared, own = built
+    assert not np.array_equal(shared.eval_sets["val"].keys(), own.eval_sets["val"].keys())
+    alone: list[dict] = []
+    train(configs[2], alone.append)
+    assert_same_curves(reports[2], alone)
 
 
 def test_a_member_that_stops_stops_alone():

@@ -181,6 +181,8 @@ def test_best_trial_line_says_it_was_chosen_on_validation(tmp_path):
         ("test/exact_match", True),
         ("longer/exact_match/len_9", True),
         ("carry/exact_match", True),
+        ("cascade/exact_match", True),
+        ("cascade/digit_accuracy/3", True),
         ("longer_val/exact_match", False),  # a validation set of longer operands
         ("val/exact_match", False),
         ("best/val/exact_match", False),
@@ -190,3 +192,10 @@ def test_held_out_sets_are_whole_namespaces(metric, held_out):
     from sweeps.spec.metrics import is_held_out
 
     assert is_held_out(metric) is held_out
+
+
+def test_digit_accuracy_is_a_fraction_to_maximise():
+    from sweeps.spec.metrics import is_fraction, metric_direction
+
+    assert is_fraction("val/digit_accuracy/0")
+    assert metric_direction("test/digit_accuracy/4") == "max"

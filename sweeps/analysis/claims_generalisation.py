@@ -1,7 +1,7 @@
 """The checks of the generalisation questions: operands longer than trained, by position
-scheme (seed 001, ``abacus_length``), prompts spaced out of distribution and long carry chains
-(seed 000, ``addition_k4``), and five operations in one model (seed 004, ``multi_op``). The
-rules of every check are in ``sweeps.analysis.claims``."""
+scheme (seed 001, ``abacus_length``), prompts spaced out of distribution, long carry chains and
+carry cascades (seed 000, ``addition_k4``), and five operations in one model (seed 004,
+``multi_op``). The rules of every check are in ``sweeps.analysis.claims``."""
 
 from __future__ import annotations
 
@@ -127,6 +127,12 @@ def addition_k4(frames: Frames) -> list[str]:
         if chains:
             per = ", ".join(f"{c.rsplit('_', 1)[1]}: {pct(column(rows, c).mean())}" for c in chains)
             out.append(f"{name} answers on the carry set, by longest carry chain: {per}.")
+        if "cascade/exact_match" in rows:  # chain length alone hides these (arith.carries)
+            cascade = column(rows, "cascade/exact_match").mean()
+            out.append(
+                f"{name} answers on the cascade set (a carry from the ones digit through the "
+                f"top, 1166 + 9834 = 11000): {pct(cascade)}."
+            )
     return out
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 # Sets reported once, at the end, and never chosen on: a trial selected on one of them would
 # make its figure the maximum of noise, not a held-out estimate. Whole namespaces ("longer/"),
 # so a validation set such as longer_val/ stays selectable.
-HELD_OUT_PREFIXES = ("test/", "ood/", "longer/", "edge/", "carry/", "lengths/")
+HELD_OUT_PREFIXES = ("test/", "ood/", "longer/", "edge/", "carry/", "cascade/", "lengths/")
 # The names of a share of answers (or answer tokens) that are right, whatever set or slice
-# they are of: ``test/exact_match/len_5``, ``ood/normalised_match``, ``train/token_accuracy``.
+# they are of: ``test/exact_match/len_5``, ``ood/normalised_match``, ``train/token_accuracy``,
+# ``test/digit_accuracy/0`` (the ones digit).
 FRACTION_WORDS = ("exact_match", "normalised_match", "accuracy")
 
 
