@@ -35,7 +35,7 @@ def test_no_set_shares_a_problem_and_every_histogram_counts_its_set():
     )  # fmt: skip
     dataset = build_dataset(task, FormatConfig(name="plain"), data, seed=0)
     found = diagnostics.data_diagnostics(dataset, dataset.train_pool)
-    assert set(found["overlap"]) == {"val", "test", "ood", "longer", "carry", "edge"}
+    assert set(found["overlap"]) == {"val", "test", "ood", "longer", "carry", "cascade", "edge"}
     assert found["overlap"]["test"] == {"train": 0, "val": 0}
     assert all(n == 0 for pair in found["overlap"].values() for n in pair.values())
     assert diagnostics.overlap_metrics(found) == {"data/test/val_overlap": 0}
