@@ -324,14 +324,9 @@ class GPT(nn.Module):
                 p.copy_(torch.cat([m.get_parameter(name) for m in models]))
         return packed.to(first.is_digit.device)
 
-    def member(self, i: int) -> GPT:
-        """Member ``i`` as a one-member model whose parameters are views of this one's."""
-        return self.member_views()[i]
-
     def member_views(self) -> list[GPT]:
-        """Every member as a one-member model whose parameters are views of this one's. One
-        empty shell is built on the meta device (initialising it costs more than the copies)
-        and copied for each member."""
+        """Every member as a one-member model whose parameters are views of this one's: one
+        shell built on the meta device (cheaper than initialising), copied per member."""
         if self.members == 1:
             return [self]
         with torch.random.fork_rng(devices=[]), torch.device("meta"):

@@ -11,7 +11,6 @@ import pytest
 from sweep_procs import SMOKE, call_main
 
 from arith.config import from_dict
-from sweeps.analysis.collect import code_note
 from sweeps.runtime.extend import (
     DUPLICATE,
     NO_KEY,
@@ -23,7 +22,7 @@ from sweeps.runtime.extend import (
     wanted_trials,
 )
 from sweeps.runtime.resume import SweepError
-from sweeps.spec.identity import code_fingerprint, config_key
+from sweeps.spec.identity import code_fingerprint, code_note, config_key
 from sweeps.spec.sweep_spec import load_spec
 
 CODE = "0.1.0+aaaaaaaaaaaa"

@@ -131,7 +131,7 @@ def test_a_stacked_pack_computes_what_each_member_computes(position):
     stacked, _ = pack(idx)
     for i, m in enumerate(models):
         torch.testing.assert_close(stacked[2 * i : 2 * i + 2], m(idx[2 * i : 2 * i + 2])[0])
-        torch.testing.assert_close(pack.member(i)(idx[:2])[0], m(idx[:2])[0])
+        torch.testing.assert_close(pack.member_views()[i](idx[:2])[0], m(idx[:2])[0])
 
 
 @pytest.mark.parametrize("position", ["learned", "abacus_bias"])
@@ -140,7 +140,7 @@ def test_each_member_of_a_pack_drops_out_at_its_own_rate(position):
     rates = [0.0, 0.5, 0.2]
     models = [tiny(position, dropout=rate) for rate in rates]
     pack = GPT.stack(models).train()
-    assert pack.member(1).cfg.dropout == 0.5
+    assert pack.member_views()[1].cfg.dropout == 0.5
     idx = torch.randint(0, 16, (3 * 64, 10))
     stacked, _ = pack(idx)
     for i, m in enumerate(models):

@@ -34,7 +34,7 @@ from sweeps.analysis.tables import (
     summarise,
     to_markdown,
 )
-from sweeps.spec.identity import CODE_TAG
+from sweeps.spec.identity import CODE_TAG, code_note
 from sweeps.spec.table_block import TableSpec
 
 # The file in a sweep's output folder that names its MLflow parent run (``parent_run_id``, and
@@ -283,19 +283,6 @@ def render_tables(
         caption = describe(spec, _pooled(trials, spec)) + code_note(trials)
         sections.append(f"## {spec.name}\n\n{caption}\n\n{body}\n")
     return "\n".join(sections)
-
-
-def code_note(trials: pd.DataFrame) -> str:
-    """A caption's warning where the trials were trained by different arith code (``--extend
-    --reuse-stale`` reused trials across a code change); empty otherwise."""
-    if "code" not in trials.columns or trials["code"].nunique() < 2:
-        return ""
-    counts = trials["code"].fillna("unknown").value_counts().sort_index()
-    versions = "; ".join(f"{code}: {n}" for code, n in counts.items())
-    return (
-        f" Warning: trials trained by {len(counts)} versions of arith's code ({versions} "
-        "trials): some were reused across a code change (--extend --reuse-stale)."
-    )
 
 
 def _pooled(trials: pd.DataFrame, spec: TableSpec) -> list[str]:

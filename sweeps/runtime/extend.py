@@ -7,7 +7,7 @@ child run). A finished child run (MLflow status FINISHED: ``sweep.status`` TERMI
 DIVERGED or EARLY_STOPPED; not ERROR, not cut off by a killed driver) is reused as it is: it
 stays under the same parent run, reopened, and is never written to again, so no metric step is
 logged twice. Across a code change it is reused only with ``--reuse-stale``, which the tables'
-caption then says (``sweeps.analysis.collect.code_note``).
+caption then says (``sweeps.spec.identity.code_note``).
 
 Every other child run is left out of the sweep, not deleted: tag ``sweep.left_out`` (its value
 says why: a grid value the spec no longer has, a trial that did not finish and is trained

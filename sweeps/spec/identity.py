@@ -55,3 +55,17 @@ def code_fingerprint() -> str:
 def identity_tags(run_config) -> dict[str, str]:
     """The tags a trial's child run is created with."""
     return {CONFIG_KEY_TAG: config_key(run_config), CODE_TAG: code_fingerprint()}
+
+
+def code_note(trials) -> str:
+    """A table caption's warning where the trials (a DataFrame with a ``code`` column) were
+    trained by different arith code (``--extend --reuse-stale`` reused trials across a code
+    change); empty otherwise."""
+    if "code" not in trials.columns or trials["code"].nunique() < 2:
+        return ""
+    counts = trials["code"].fillna("unknown").value_counts().sort_index()
+    versions = "; ".join(f"{code}: {n}" for code, n in counts.items())
+    return (
+        f" Warning: trials trained by {len(counts)} versions of arith's code ({versions} "
+        "trials): some were reused across a code change (--extend --reuse-stale)."
+    )
