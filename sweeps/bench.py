@@ -1,5 +1,6 @@
 """``python -m sweeps.bench [--trials N] [--steps S] [--concurrent C]``: orchestration overhead;
-``python -m sweeps.bench --pack [--sizes 30k,100k,1m] [--packs 1,4,16] [--steps S]``: packing;
+``python -m sweeps.bench --pack [--sweep] [--sizes 30k,100k,1m] [--packs 1,4,16]``: packing
+(``sweeps.bench_pack``);
 ``python -m sweeps.bench --flagship [--spec SPEC] [--from FOLDER] [--set K=V]``: the FLOP bound.
 
 Runs the same N tiny trials twice: through the orchestrator (an embedded Ray, Tune with actor
@@ -15,13 +16,7 @@ alone, timed, or reads a finished one (``--from`` its output folder, with the wa
 bf16, and prints each trial's MFU and the sweep's fraction of its FLOP bound
 (``sweeps.analysis.compute_bound``).
 
-With ``--pack``: for each model size and pack size P, the same P trials (members differing in
-learning rate and ``train.seed``, sharing one data split) trained one after the other with
-``arith.trainer.train`` (unpacked: each trial builds its data and model, as a trial of its own
-process does under Tune) and together with ``arith.trainer.train_pack`` (packed:
-``sweep.pack: P``); prints trials per hour of each and their ratio. Training only, in this
-process: the unpacked side leaves out Ray's and MLflow's cost per trial (see the default mode
-for them), which packing would also save in part, so the ratio is a lower bound.
+With ``--pack``: packed against unpacked trials (``sweeps.bench_pack``).
 """
 
 from __future__ import annotations
@@ -37,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from arith.cli import HelpFormatter
+from sweeps.bench_pack import pack_main
 
 
 def bench_spec(n_trials: int, steps: int, concurrent: int) -> dict[str, Any]:
@@ -119,116 +115,6 @@ def steady_state(ends: list[float], plain: list[float]) -> float:
     trial (Ray's worker start, torch's first-call warm-up, the database's first writes)."""
     per_trial = (ends[-1] - ends[0]) / (len(ends) - 1)
     return per_trial - sum(plain[1:]) / len(plain[1:])
-
-
-# Model shapes (d_model, n_layer, n_head) on 3-digit addition, heads of at least 8 channels;
-# ``describe`` gives their parameter counts: 1.4K, 4.3K, 30K, 100K and 1M (arith.cost.n_params).
-PACK_SIZES = {
-    "1k": (8, 1, 1),
-    "5k": (16, 1, 2),
-    "30k": (48, 1, 4),
-    "100k": (64, 2, 4),
-    "1m": (128, 5, 4),
-}
-
-
-def pack_configs(size: str, n_members: int, steps: int, device: str) -> list:
-    """``n_members`` run configs of one shape and one data split (``data.seed``) that differ in
-    learning rate and ``train.seed`` (initial weights, batch order): a grid over one split."""
-    from arith import config as config_lib
-
-    d_model, n_layer, n_head = PACK_SIZES[size]
-    common = [
-        "task.n_digits=3",
-        f"model.d_model={d_model}",
-        f"model.n_layer={n_layer}",
-        f"model.n_head={n_head}",
-        "data.val_size=64",
-        "data.test_size=64",
-        "data.edge_cases=false",
-        "data.seed=0",
-        "train.batch_size=64",
-        f"train.max_steps={steps}",
-        f"train.eval_every={steps}",  # evaluate at the start and the end only: time training
-        "train.train_eval_size=32",
-        f"train.device={device}",
-    ]
-    return [
-        config_lib.load(None, [*common, f"optim.lr={1e-3 * (1 + i / n_members):.6g}",
-                               f"train.seed={i}"])
-        for i in range(n_members)
-    ]  # fmt: skip
-
-
-def run_pack_bench(sizes: list[str], packs: list[int], steps: int, device: str) -> list[dict]:
-    """Rows of (size, n_params, pack, unpacked and packed trials per hour, their ratio)."""
-    import torch
-
-    from arith.cost import describe
-    from arith.trainer import train, train_pack
-
-    if device == "cpu":
-        torch.set_num_threads(1)  # one CPU per trial, as a Tune trial holds
-    # Warm up first: a process's first run pays for imports and first-call setup, which would
-    # otherwise land on whichever side the first row times first.
-    warm = pack_configs(sizes[0], 2, 2, device)
-    train(warm[0])
-    train_pack(warm)
-    rows = []
-    for size in sizes:
-        for n_members in packs:
-            configs = pack_configs(size, n_members, steps, device)
-            start = time.perf_counter()
-            for config in configs:
-                train(config)
-            unpacked = time.perf_counter() - start
-            start = time.perf_counter()
-            train_pack(configs)
-            packed = time.perf_counter() - start
-            rows.append(
-                {
-                    "size": size,
-                    "n_params": describe(configs[0])["n_params"],
-                    "pack": n_members,
-                    "unpacked_trials_per_h": 3600 * n_members / unpacked,
-                    "packed_trials_per_h": 3600 * n_members / packed,
-                    "ratio": unpacked / packed,
-                }
-            )
-            print(_pack_row(rows[-1]), flush=True)
-    return rows
-
-
-def _pack_row(row: dict) -> str:
-    return (
-        f"{row['size']:>5} {row['n_params']:>9,} {row['pack']:>5} "
-        f"{row['unpacked_trials_per_h']:>14,.0f} {row['packed_trials_per_h']:>14,.0f} "
-        f"{row['ratio']:>6.2f}"
-    )
-
-
-def pack_main(args: argparse.Namespace) -> int:
-    sizes = [s.strip().lower() for s in args.sizes.split(",")]
-    bad = [s for s in sizes if s not in PACK_SIZES]
-    if bad:
-        raise SystemExit(f"error: --sizes: {bad[0]!r} is not one of {', '.join(PACK_SIZES)}")
-    try:
-        packs = [int(p) for p in args.packs.split(",")]
-    except ValueError:
-        message = f"error: --packs: expected integers like 1,4,16, got {args.packs!r}"
-        raise SystemExit(message) from None
-    if min(packs) < 1:
-        raise SystemExit(f"error: --packs: must be >= 1, but got {min(packs)}")
-    print(f"packed trials, {args.steps} steps each, device {args.device}; trials per hour:")
-    print(
-        "  members: one data split (data.seed 0), each its own optim.lr and train.seed\n"
-        "  unpacked: train() per trial, back to back in this process, each building its own\n"
-        "    data and model as a sweep's trial does; without Ray's and MLflow's cost per trial\n"
-        "  packed: train_pack() of the same trials; both on one torch thread, timed in pairs"
-    )
-    print(f"{'size':>5} {'n_params':>9} {'pack':>5} {'unpacked':>14} {'packed':>14} {'ratio':>6}")
-    run_pack_bench(sizes, packs, args.steps, args.device)
-    return 0
 
 
 FLAGSHIP = Path(__file__).resolve().parents[1] / "search_spaces" / "width_vs_depth.yaml"
@@ -314,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="30k,100k,1m", help="--pack: model sizes")
     parser.add_argument("--packs", default="1,4,16", help="--pack: pack sizes")
     parser.add_argument("--device", default="cpu", help="--pack: cpu, cuda, ... (default cpu)")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="--pack: whole sweeps of --trials trials through the driver (Ray and MLflow included)",
+    )
     parser.add_argument(
         "--flagship", action="store_true", help="the main job against its FLOP bound"
     )

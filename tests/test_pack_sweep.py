@@ -195,3 +195,19 @@ def test_random_trials_are_drawn_as_tune_draws_them():
         drawn.append(trial.config)
     assert len(drawn) == 3 and len({t["optim.lr"] for t in drawn}) == 3
     assert trial_points(spec) == drawn
+
+
+@pytest.mark.slow
+def test_bench_pack_of_whole_sweeps_at_a_tiny_size(capsys):
+    """``--pack --sweep``: the same trials as whole sweeps through the driver, unpacked and
+    packed; the baseline is named and the ratio is the pack-1 sweep's time over this one's."""
+    from sweeps import bench
+
+    argv = ["--pack", "--sweep", "--sizes", "1k", "--packs", "1,2", "--trials", "2"]
+    assert bench.main([*argv, "--steps", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any("pack 1 is the baseline" in line for line in lines)
+    rows = [line.split() for line in lines if line.split()[:1] == ["1k"]]
+    assert [r[2] for r in rows] == ["1", "2"]
+    seconds = [float(r[3]) for r in rows]
+    assert float(rows[1][5]) == pytest.approx(seconds[0] / seconds[1], abs=0.01)

@@ -1,0 +1,211 @@
+"""``python -m sweeps.bench --pack``: packed against unpacked trials, trials per hour.
+
+Two ways, both for each model size and pack size P, members sharing one data split and differing
+in ``train.seed`` (and, in-process, the learning rate):
+
+- in this process (default): the same P trials trained one after the other with
+  ``arith.trainer.train`` (each building its own data and model, as a trial in its own process
+  does) and together with ``arith.trainer.train_pack``; training only, without Ray and MLflow;
+- ``--sweep``: the same N trials as a whole sweep through ``sweeps.run``'s driver (a local Ray,
+  MLflow on SQLite, the tables), two at a time on one CPU each, with ``sweep.pack: 1`` and with
+  ``sweep.pack: P``: what a researcher waits for, Ray's and MLflow's cost per trial included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import tempfile
+import time
+from contextlib import redirect_stderr
+from pathlib import Path
+
+from arith.cli import fail
+
+# Model shapes (d_model, n_layer, n_head) on 3-digit addition, heads of at least 8 channels;
+# ``describe`` gives their parameter counts: 1.4K, 4.3K, 30K, 100K and 1M (arith.cost.n_params).
+PACK_SIZES = {
+    "1k": (8, 1, 1),
+    "5k": (16, 1, 2),
+    "30k": (48, 1, 4),
+    "100k": (64, 2, 4),
+    "1m": (128, 5, 4),
+}
+
+
+def pack_configs(size: str, n_members: int, steps: int, device: str) -> list:
+    """``n_members`` run configs of one shape and one data split (``data.seed``) that differ in
+    learning rate and ``train.seed`` (initial weights, batch order): a grid over one split."""
+    from arith import config as config_lib
+
+    d_model, n_layer, n_head = PACK_SIZES[size]
+    common = [
+        "task.n_digits=3",
+        f"model.d_model={d_model}",
+        f"model.n_layer={n_layer}",
+        f"model.n_head={n_head}",
+        "data.val_size=64",
+        "data.test_size=64",
+        "data.edge_cases=false",
+        "data.seed=0",
+        "train.batch_size=64",
+        f"train.max_steps={steps}",
+        f"train.eval_every={steps}",  # evaluate at the start and the end only: time training
+        "train.train_eval_size=32",
+        f"train.device={device}",
+    ]
+    return [
+        config_lib.load(None, [*common, f"optim.lr={1e-3 * (1 + i / n_members):.6g}",
+                               f"train.seed={i}"])
+        for i in range(n_members)
+    ]  # fmt: skip
+
+
+def run_pack_bench(sizes: list[str], packs: list[int], steps: int, device: str) -> list[dict]:
+    """Rows of (size, n_params, pack, unpacked and packed trials per hour, their ratio)."""
+    import torch
+
+    from arith.cost import describe
+    from arith.trainer import train, train_pack
+
+    if device == "cpu":
+        torch.set_num_threads(1)  # one CPU per trial, as a Tune trial holds
+    # Warm up first: a process's first run pays for imports and first-call setup, which would
+    # otherwise land on whichever side the first row times first.
+    warm = pack_configs(sizes[0], 2, 2, device)
+    train(warm[0])
+    train_pack(warm)
+    rows = []
+    for size in sizes:
+        for n_members in packs:
+            configs = pack_configs(size, n_members, steps, device)
+            start = time.perf_counter()
+            for config in configs:
+                train(config)
+            unpacked = time.perf_counter() - start
+            start = time.perf_counter()
+            train_pack(configs)
+            packed = time.perf_counter() - start
+            rows.append(
+                {
+                    "size": size,
+                    "n_params": describe(configs[0])["n_params"],
+                    "pack": n_members,
+                    "unpacked_trials_per_h": 3600 * n_members / unpacked,
+                    "packed_trials_per_h": 3600 * n_members / packed,
+                    "ratio": unpacked / packed,
+                }
+            )
+            print(_pack_row(rows[-1]), flush=True)
+    return rows
+
+
+def _pack_row(row: dict) -> str:
+    return (
+        f"{row['size']:>5} {row['n_params']:>9,} {row['pack']:>5} "
+        f"{row['unpacked_trials_per_h']:>14,.0f} {row['packed_trials_per_h']:>14,.0f} "
+        f"{row['ratio']:>6.2f}"
+    )
+
+
+def pack_sweep_spec(size: str, n_trials: int, pack: int, steps: int) -> dict:
+    """A sweep of ``n_trials`` seeds of one tiny shape on one data split, packed ``pack`` at a
+    time, two trials (or packs) at once on one CPU each."""
+    d_model, n_layer, n_head = PACK_SIZES[size]
+    return {
+        "sweep": {
+            "name": f"packbench_{size}_{pack}",
+            "metric": "val/exact_match",
+            "search": "grid",
+            "seeds": list(range(n_trials)),
+            "max_concurrent": 2,
+            "resources": {"cpu": 1, "gpu": 0},
+            "max_failures": 0,
+            "pack": pack,
+        },
+        "base": {
+            "task": {"name": "addition", "n_digits": 3},
+            "data": {"val_size": 64, "test_size": 64, "edge_cases": False, "seed": 0},
+            "model": {"n_layer": n_layer, "d_model": d_model, "n_head": n_head},
+            "train": {
+                "max_steps": steps,
+                "eval_every": steps,
+                "batch_size": 64,
+                "train_eval_size": 32,
+                "device": "cpu",
+            },
+        },
+        "table": {"rows": ["train.seed"], "values": ["val/exact_match"], "aggregate": "mean"},
+    }
+
+
+def run_pack_sweeps(sizes: list[str], packs: list[int], n_trials: int, steps: int) -> list:
+    """Rows of (size, n_params, pack, seconds, trials per hour, ratio to pack 1) for whole
+    sweeps of ``n_trials`` trials through the driver."""
+    from arith.cost import describe
+    from sweeps.bench import run_orchestrated
+    from sweeps.spec.space import grid_points, resolve_run_config
+    from sweeps.spec.sweep_spec import parse_spec
+
+    rows = []
+    for size in sizes:
+        unpacked = None
+        for pack in packs:
+            spec = parse_spec(pack_sweep_spec(size, n_trials, pack, steps))
+            first = resolve_run_config(spec.base, grid_points(spec)[0], spec.derived)
+            # the driver's progress line would interleave with the rows
+            with (
+                tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp,
+                redirect_stderr(io.StringIO()),
+            ):
+                seconds, _, _ = run_orchestrated(spec, Path(tmp))
+            unpacked = seconds if pack == 1 else unpacked
+            row = {
+                "size": size,
+                "n_params": describe(first)["n_params"],
+                "pack": pack,
+                "seconds": seconds,
+                "trials_per_h": 3600 * n_trials / seconds,
+                "ratio": None if unpacked is None else unpacked / seconds,
+            }
+            rows.append(row)
+            ratio = "" if row["ratio"] is None else f"{row['ratio']:6.2f}"
+            print(
+                f"{size:>5} {row['n_params']:>9,} {pack:>5} {seconds:>9.1f} "
+                f"{row['trials_per_h']:>14,.0f} {ratio:>6}",
+                flush=True,
+            )
+    return rows
+
+
+def pack_main(args: argparse.Namespace) -> int:
+    sizes = [s.strip().lower() for s in args.sizes.split(",")]
+    bad = [s for s in sizes if s not in PACK_SIZES]
+    if bad:
+        fail(f"--sizes: {bad[0]!r} is not one of {', '.join(PACK_SIZES)}")
+    try:
+        packs = [int(p) for p in args.packs.split(",")]
+    except ValueError:
+        fail(f"--packs: expected integers like 1,4,16, got {args.packs!r}")
+    if min(packs) < 1:
+        fail(f"--packs: must be >= 1, but got {min(packs)}")
+    if args.sweep:
+        if 1 not in packs or args.trials % max(packs):
+            fail(f"--packs: with --sweep, 1 and divisors of --trials {args.trials}, got {packs}")
+        print(f"whole sweeps of {args.trials} trials, {args.steps} steps each, two at a time on")
+        print("  one CPU each (Ray, MLflow on SQLite, the tables); pack 1 is the baseline")
+        print(
+            f"{'size':>5} {'n_params':>9} {'pack':>5} {'seconds':>9} {'trials/h':>14} {'ratio':>6}"
+        )
+        run_pack_sweeps(sizes, packs, args.trials, args.steps)
+        return 0
+    print(f"packed trials, {args.steps} steps each, device {args.device}; trials per hour:")
+    print(
+        "  members: one data split (data.seed 0), each its own optim.lr and train.seed\n"
+        "  unpacked: train() per trial, back to back in this process, each building its own\n"
+        "    data and model as a sweep's trial does; without Ray's and MLflow's cost per trial\n"
+        "  packed: train_pack() of the same trials; both on one torch thread, timed in pairs"
+    )
+    print(f"{'size':>5} {'n_params':>9} {'pack':>5} {'unpacked':>14} {'packed':>14} {'ratio':>6}")
+    run_pack_bench(sizes, packs, args.steps, args.device)
+    return 0
