@@ -182,7 +182,7 @@ def flagship_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         formatter_class=HelpFormatter,
         prog="python -m sweeps.bench",
@@ -213,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
         "--from", dest="from_folder", metavar="FOLDER", help="--flagship: a finished sweep"
     )
     parser.add_argument("--set", action="append", metavar="K=V", help="--flagship: overrides")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.flagship:
         return flagship_main(args)
