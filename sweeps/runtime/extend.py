@@ -16,8 +16,9 @@ trial (``sweeps.analysis.collect.child_runs``); a later ``--extend`` that wants 
 the tag.
 
 The trials to train run as a new Tune experiment, ``<name>-extend<round>`` beside the first
-(``sweeps.runtime.resume.tune_name``), over exactly those points (Tune's variant generator's
-``points_to_evaluate``), so a killed ``--extend`` goes on with ``--resume`` like any sweep. The
+(``sweeps.runtime.resume.tune_name``), a grid over exactly those points under one key
+(``sweeps.spec.identity.POINT_KEY``; Tune's ``points_to_evaluate`` raises on list-valued
+points), so a killed ``--extend`` goes on with ``--resume`` like any sweep. The
 parent run's figures (``best/...``, ``trials/...``) are logged again at step ``round``.
 """
 
