@@ -22,8 +22,6 @@ With ``--pack``: packed against unpacked trials (``sweeps.bench_pack``).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import sys
 import tempfile
@@ -32,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from arith.cli import HelpFormatter
-from sweeps.bench_pack import pack_main
+from sweeps.bench_pack import pack_main, run_orchestrated
 
 
 def bench_spec(n_trials: int, steps: int, concurrent: int) -> dict[str, Any]:
@@ -79,34 +77,6 @@ def run_plain(spec) -> list[float]:
         train(config)
         seconds.append(time.perf_counter() - start)
     return seconds
-
-
-def run_orchestrated(
-    spec, workdir: Path, reuse_actors: bool = True
-) -> tuple[float, dict[str, float], list[float]]:
-    """Seconds for ``run_sweep`` end to end (Ray start and stop, MLflow, outputs included),
-    the seconds of its phases, and when each trial's MLflow run ended (epoch seconds)."""
-    from sweeps.runtime.driver import run_sweep
-
-    uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()):
-        code = run_sweep(
-            spec, workdir / "out" / spec.name, uri, timings=timings, reuse_actors=reuse_actors
-        )
-    seconds = time.perf_counter() - start
-    if code != 0:
-        raise SystemExit(f"error: the orchestrated sweep failed with exit code {code}")
-    from mlflow import MlflowClient
-
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name(spec.name)
-    runs = client.search_runs(
-        [experiment.experiment_id], filter_string="tags.`sweep.role` = 'trial'"
-    )
-    ends = sorted(r.info.end_time / 1000 for r in runs)
-    return seconds, timings, ends
 
 
 def steady_state(ends: list[float], plain: list[float]) -> float:

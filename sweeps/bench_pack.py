@@ -1,4 +1,5 @@
-"""``python -m sweeps.bench --pack``: packed against unpacked trials, trials per hour.
+"""``python -m sweeps.bench --pack``: packed against unpacked trials, trials per hour; and
+``run_orchestrated``, a sweep timed through the driver, which every sweep bench uses.
 
 Two ways, both for each model size and pack size P, members sharing one data split and differing
 in ``train.seed`` (and, in-process, the learning rate):
@@ -14,6 +15,7 @@ in ``train.seed`` (and, in-process, the learning rate):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import tempfile
 import time
@@ -21,6 +23,35 @@ from contextlib import redirect_stderr
 from pathlib import Path
 
 from arith.cli import fail
+
+
+def run_orchestrated(
+    spec, workdir: Path, reuse_actors: bool = True
+) -> tuple[float, dict[str, float], list[float]]:
+    """Seconds for ``run_sweep`` end to end (Ray start and stop, MLflow, outputs included),
+    the seconds of its phases, and when each trial's MLflow run ended (epoch seconds)."""
+    from sweeps.runtime.driver import run_sweep
+
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = run_sweep(
+            spec, workdir / "out" / spec.name, uri, timings=timings, reuse_actors=reuse_actors
+        )
+    seconds = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"error: the orchestrated sweep failed with exit code {code}")
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(spec.name)
+    runs = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`sweep.role` = 'trial'"
+    )
+    ends = sorted(r.info.end_time / 1000 for r in runs)
+    return seconds, timings, ends
+
 
 # Model shapes (d_model, n_layer, n_head) on 3-digit addition, heads of at least 8 channels;
 # ``describe`` gives their parameter counts: 1.4K, 4.3K, 30K, 100K and 1M (arith.cost.n_params).
@@ -143,7 +174,6 @@ def run_pack_sweeps(sizes: list[str], packs: list[int], n_trials: int, steps: in
     """Rows of (size, n_params, pack, seconds, trials per hour, ratio to pack 1) for whole
     sweeps of ``n_trials`` trials through the driver."""
     from arith.cost import describe
-    from sweeps.bench import run_orchestrated
     from sweeps.spec.space import grid_points, resolve_run_config
     from sweeps.spec.sweep_spec import parse_spec
 
