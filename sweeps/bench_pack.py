@@ -19,7 +19,6 @@ import contextlib
 import io
 import tempfile
 import time
-from contextlib import redirect_stderr
 from pathlib import Path
 
 from arith.cli import fail
@@ -186,7 +185,7 @@ def run_pack_sweeps(sizes: list[str], packs: list[int], n_trials: int, steps: in
             # the driver's progress line would interleave with the rows
             with (
                 tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp,
-                redirect_stderr(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
             ):
                 seconds, _, _ = run_orchestrated(spec, Path(tmp))
             unpacked = seconds if pack == 1 else unpacked
