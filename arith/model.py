@@ -60,6 +60,9 @@ class ModelConfig:
     """Largest digit index the Abacus table holds; training offsets indices up to it."""
     abacus_bias_reach: int = 4
     """``abacus_bias``: index differences beyond this many share the bias of the farthest."""
+    abacus_bias_window: bool = False
+    """``abacus_bias``: keys whose index differs by more than the reach are not seen at all, so
+    no query meets more keys on longer operands than in training (docs/notes/abacus_length.md)."""
     log_length_attention: bool = False
     """Scale each query's attention logits by log(number of keys it sees) (Chiang & Cholak
     2022; Nakanishi 2025, "Scalable-Softmax"), so attention to one key does not fade as the
@@ -124,7 +127,7 @@ class CausalSelfAttention(nn.Module):
         self.cfg = cfg
         if cfg.position == "abacus_bias":  # first: the parameter order checkpoints hold
             self.abacus_bias = positions.AbacusBias(members, cfg.n_head, cfg.n_index_differences)
-            self.register_load_state_dict_pre_hook(_rename_old_abacus_bias)
+            self.register_load_state_dict_pre_hook(positions.rename_old_abacus_bias)
         self.qkv = MemberLinear(members, cfg.d_model, 3 * cfg.d_model, cfg.bias)
         self.proj = MemberLinear(members, cfg.d_model, cfg.d_model, cfg.bias)
 
@@ -160,20 +163,6 @@ class CausalSelfAttention(nn.Module):
         y = _attend(q, k, v, t_past, rates, bias)  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(*lead, T, C)  # heads side by side again
         return member_dropout(self.proj(y), dropout, self.training)
-
-
-OLD_ROW_BIAS_GAIN = 10.0
-"""What checkpoints that name the table ``row_bias`` multiplied it by in the forward pass (a
-hidden learning-rate multiplier, now ``optim.abacus_bias_lr_mult``)."""
-
-
-def _rename_old_abacus_bias(module, state_dict, prefix, *_) -> None:
-    """Checkpoints saved before ``AbacusBias`` was a module of its own name its table
-    ``<attn>.row_bias`` and stored it divided by ``OLD_ROW_BIAS_GAIN``; load them as the bias
-    itself under the current name."""
-    old = prefix + "row_bias"
-    if old in state_dict:
-        state_dict[prefix + "abacus_bias.table"] = OLD_ROW_BIAS_GAIN * state_dict.pop(old)
 
 
 def _attend(
@@ -394,6 +383,6 @@ class GPT(nn.Module):
             seen = cache.digit_index
             cache.digit_index = run if seen is None else torch.cat([seen, run], dim=1)
             differences = positions.clipped_differences(
-                run, cache.digit_index, cfg.abacus_bias_reach
+                run, cache.digit_index, cfg.abacus_bias_reach, cfg.abacus_bias_window
             )  # (B, T, t_past + T)
         return x, rope, differences

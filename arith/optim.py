@@ -8,6 +8,7 @@ from typing import Literal
 
 import torch
 from torch import nn
+from torch.optim.adamw import adamw
 
 from arith.errors import require
 
@@ -216,8 +217,11 @@ class PackedAdamW:
         m = [self.exp_avg[j][i] for j in chosen]
         v = [self.exp_avg_sq[j][i] for j in chosen]
         if self.fused:
-            torch._fused_adamw_(
-                p, g, m, v, [], [self.steps[i]] * len(p),
+            # torch's public functional AdamW on its fused kernel; it adds one to each step
+            # tensor before updating, so each parameter gets its own copy of the last step
+            steps = [self.steps[i] - 1 for _ in p]
+            adamw(
+                p, g, m, v, [], steps, fused=True,
                 lr=lr, beta1=cfg.betas[0], beta2=cfg.betas[1], weight_decay=weight_decay,
                 eps=eps, amsgrad=False, maximize=False,
             )  # fmt: skip

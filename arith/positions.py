@@ -49,14 +49,19 @@ def abacus_index(run: Tensor, offset: Tensor | None) -> Tensor:
     return run if offset is None else run + offset[:, None]
 
 
-def clipped_differences(queries: Tensor, keys: Tensor, reach: int) -> Tensor:
+def clipped_differences(queries: Tensor, keys: Tensor, reach: int, window: bool) -> Tensor:
     """Which ``abacus_bias`` entry each query and key pair reads: (B, T) and (B, S) digit
-    indices -> (B, T, S) in 0..2*reach, the index difference clipped at ``reach``.
+    indices -> (B, T, S) in 0..2*reach, the index difference clipped at ``reach``; with
+    ``window``, -1 (not seen) for pairs farther apart than ``reach``.
 
     Clipped, a problem longer than trained meets only differences training did; unclipped
     (rotary angles of the same indices), sums longer than trained bring differences never seen.
+    Clipped alone, every far key still takes a share of attention, and longer operands bring
+    more of them; the window keeps the keys a query sees as few as in training.
     """
-    return (queries[:, :, None] - keys[:, None, :]).clamp(-reach, reach) + reach
+    difference = queries[:, :, None] - keys[:, None, :]
+    clipped = difference.clamp(-reach, reach) + reach
+    return clipped.masked_fill(difference.abs() > reach, -1) if window else clipped
 
 
 class AbacusBias(nn.Module):
@@ -74,13 +79,14 @@ class AbacusBias(nn.Module):
 
     def forward(self, differences: Tensor) -> Tensor:
         """Attention bias (B, heads, T, keys) for ``differences`` (B, T, keys): each member's
-        bias for the pair's clipped difference."""
+        bias for the pair's clipped difference, -inf for pairs outside the window (-1)."""
         B, T, S = differences.shape
         M = self.table.shape[0]
         table = self.table.view(M, self.n_head, -1)
         table = table.repeat_interleave(B // M, dim=0)  # (B, heads, differences)
-        index = differences.view(B, 1, T * S).expand(B, self.n_head, T * S)
-        return table.gather(2, index).view(B, self.n_head, T, S)
+        index = differences.clamp(min=0).view(B, 1, T * S).expand(B, self.n_head, T * S)
+        bias = table.gather(2, index).view(B, self.n_head, T, S)
+        return bias.masked_fill(differences[:, None] < 0, float("-inf"))
 
 
 def rope_tables(positions: Tensor, head_dim: int, theta: float, dtype) -> tuple[Tensor, Tensor]:
@@ -95,3 +101,17 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate each pair of halves of ``x`` (B, nh, T, hs) by its position's angle."""
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+OLD_ROW_BIAS_GAIN = 10.0
+"""What checkpoints that name the table ``row_bias`` multiplied it by in the forward pass (a
+hidden learning-rate multiplier, now ``optim.abacus_bias_lr_mult``)."""
+
+
+def rename_old_abacus_bias(module, state_dict, prefix, *_) -> None:
+    """A load hook of the attention layer: checkpoints saved before ``AbacusBias`` was a module
+    of its own name its table ``<attn>.row_bias`` and stored it divided by
+    ``OLD_ROW_BIAS_GAIN``; load them as the bias itself under the current name."""
+    old = prefix + "row_bias"
+    if old in state_dict:
+        state_dict[prefix + "abacus_bias.table"] = OLD_ROW_BIAS_GAIN * state_dict.pop(old)

@@ -22,8 +22,8 @@ def tiny(position: str, **kw) -> GPT:
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize(
     "options",
-    [{}, {"log_length_attention": True}, {"input_injection": True}],
-    ids=["plain", "log_length", "input_injection"],
+    [{}, {"log_length_attention": True}, {"input_injection": True}, {"abacus_bias_window": True}],
+    ids=["plain", "log_length", "input_injection", "window"],
 )
 def test_cached_decoding_matches_full_forward(position, options):
     torch.manual_seed(0)
@@ -97,7 +97,7 @@ def test_abacus_bias_meets_no_new_index_difference_on_longer_operands():
     # differences 8-digit training never had; clipped at the reach, they bring none.
     def seen(n_digits: int, reach: int) -> set[int]:
         run = _reversed_sum_indices(n_digits)
-        return set(clipped_differences(run, run, reach).unique().tolist())
+        return set(clipped_differences(run, run, reach, False).unique().tolist())
 
     assert seen(12, 4) == seen(8, 4) == set(range(9))
     assert seen(12, 100) > seen(8, 100)  # what rotary angles on the index would see
@@ -117,9 +117,25 @@ def test_abacus_bias_finds_the_ones_digits_from_equals_at_any_length():
     for n_digits in (3, 8, 12):
         run = _reversed_sum_indices(n_digits)[:, : 2 * n_digits + 2]  # up to "="
         x = torch.stack([run == 1, run != 1], dim=-1).float()  # feature 0: a ones digit
-        differences = clipped_differences(run, run, cfg.abacus_bias_reach)
+        differences = clipped_differences(run, run, cfg.abacus_bias_reach, False)
         y = attn(x, None, KVCache(), 0, (0.0,), differences)
         assert y[0, -1, 0].item() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_abacus_bias_window_hides_digits_beyond_the_reach():
+    # one layer, window 2: what a digit token computes depends on the digits within two
+    # places of its own, whatever lies farther away, so longer operands bring it nothing new
+    torch.manual_seed(0)
+    model = tiny("abacus_bias", n_layer=1, abacus_bias_reach=2, abacus_bias_window=True)
+    plus, equals = 11, 12
+    a = torch.tensor([1, 2, 3, 4, 5, 6, 7])
+    prompt = torch.cat([a, torch.tensor([plus]), a, torch.tensor([equals, 3, 6])])[None]
+    changed = prompt.clone()
+    changed[0, 6] = 9  # a's 7th digit: index 7, five places from the answer's 2nd digit
+    logits, _ = model(prompt)
+    logits_changed, _ = model(changed)
+    torch.testing.assert_close(logits[0, -1], logits_changed[0, -1])  # the answer's 2nd digit
+    assert not torch.allclose(logits[0, 6], logits_changed[0, 6])  # the changed digit itself
 
 
 @pytest.mark.parametrize("position", POSITIONS)

@@ -145,6 +145,24 @@ def test_derived_value_sees_the_trial_and_the_defaults():
     assert cfg.optim.warmup_steps == 1
 
 
+def test_derived_value_may_depend_on_a_condition():
+    rule = space.parse_derived(
+        "derived.train.precision",
+        "train.precision",
+        "'bf16' if model.d_model >= 64 and model.n_layer != 3 else 'fp32'",
+        {"train.precision", "model.d_model", "model.n_layer"},
+    )
+    narrow = space.resolve_run_config(BASE, {"model.d_model": 32}, {"train.precision": rule})
+    wide = space.resolve_run_config(BASE, {"model.d_model": 128}, {"train.precision": rule})
+    assert (narrow.train.precision, wide.train.precision) == ("fp32", "bf16")
+
+
+def test_derived_text_is_never_arithmetic():
+    rule = space.parse_derived("d", "optim.lr", "format.name * 3", {"optim.lr", "format.name"})
+    with pytest.raises(ConfigError, match="arithmetic on text"):
+        space.resolve_run_config(BASE, {}, {"optim.lr": rule})
+
+
 def test_derived_expression_cannot_call_anything_else():
     paths = {"optim.lr", "train.batch_size"}
     for text in (
@@ -152,6 +170,8 @@ def test_derived_expression_cannot_call_anything_else():
         "train.batch_size.__class__",
         "[1, 2]",
         "'a' * 3",
+        "'a' < 'b' < 'c' if 1 in (1,) else 0",
+        "model.d_model is 1",
         "lambda: 1",
         "sqrt(x=1)",
     ):

@@ -98,7 +98,7 @@ def _distribution_args(where: str, kind: str, args: Any) -> tuple[Any, ...]:
     return (lo, hi)
 
 
-# ---- derived values: a whitelisted arithmetic expression over config paths -----------------
+# ---- derived values: a whitelisted expression over config paths ----------------------------
 
 _BINARY = {
     ast.Add: operator.add,
@@ -108,6 +108,16 @@ _BINARY = {
     ast.Pow: lambda base, exp: _power(base, exp),
 }
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+# Comparisons, for a value that depends on a condition:
+# ``train.precision: "'bf16' if model.d_model >= 64 else 'fp32'"``.
+_COMPARE = {
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}
 
 
 def _power(base: float, exp: float) -> float:
@@ -132,7 +142,7 @@ class Derived:
     def references(self) -> set[str]:
         return _references(ast.parse(self.expression, mode="eval"))
 
-    def evaluate(self, flat: dict[str, Any]) -> float | int:
+    def evaluate(self, flat: dict[str, Any]) -> float | int | str:
         return _eval(ast.parse(self.expression, mode="eval").body, flat, self.expression)
 
 
@@ -156,14 +166,20 @@ def parse_derived(where: str, path: str, expression: Any, paths: set[str]) -> De
 
 def _first_disallowed(tree: ast.AST) -> str | None:
     for node in ast.walk(tree):
-        if isinstance(node, ast.Expression | ast.Load | ast.Name | ast.Attribute):
+        if isinstance(node, _STRUCTURE):
             continue
         if isinstance(node, ast.Constant):
-            if isinstance(node.value, bool) or not isinstance(node.value, int | float):
+            if isinstance(node.value, bool) or not isinstance(node.value, int | float | str):
                 return f"the constant {node.value!r}"
+        elif isinstance(node, ast.Compare):
+            bad = [type(op).__name__ for op in node.ops if type(op) not in _COMPARE]
+            if bad:
+                return f"the comparison {bad[0]}"
         elif isinstance(node, ast.BinOp):
             if type(node.op) not in _BINARY:
                 return f"the operator {type(node.op).__name__}"
+            if any(_is_text(side) for side in (node.left, node.right)):
+                return "arithmetic on text"
         elif isinstance(node, ast.UnaryOp):
             if type(node.op) not in _UNARY:
                 return f"the operator {type(node.op).__name__}"
@@ -173,9 +189,18 @@ def _first_disallowed(tree: ast.AST) -> str | None:
             )
             if not ok:
                 return f"a call other than {', '.join(_FUNCTIONS)}"
-        elif type(node) not in _BINARY and type(node) not in _UNARY:
+        elif type(node) not in _BINARY and type(node) not in _UNARY and type(node) not in _COMPARE:
             return f"{type(node).__name__}"
     return None
+
+
+_STRUCTURE = (
+    ast.Expression, ast.Load, ast.Name, ast.Attribute, ast.IfExp, ast.BoolOp, ast.And, ast.Or
+)  # fmt: skip
+
+
+def _is_text(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -207,11 +232,28 @@ def _eval(node: ast.AST, flat: dict[str, Any], text: str) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.BinOp):
-        return _BINARY[type(node.op)](_eval(node.left, flat, text), _eval(node.right, flat, text))
+        left, right = _eval(node.left, flat, text), _eval(node.right, flat, text)
+        if isinstance(left, str) or isinstance(right, str):  # 'a' * 10**9 would fill memory
+            raise ConfigError("derived", f"cannot evaluate {text!r}: arithmetic on text")
+        return _BINARY[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_eval(node.operand, flat, text))
     if isinstance(node, ast.Call):
         return _FUNCTIONS[node.func.id](*(_eval(a, flat, text) for a in node.args))
+    if isinstance(node, ast.IfExp):
+        chosen = node.body if _eval(node.test, flat, text) else node.orelse
+        return _eval(chosen, flat, text)
+    if isinstance(node, ast.BoolOp):  # short-circuits as Python does
+        values = (_eval(value, flat, text) for value in node.values)
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, flat, text)
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
+            right = _eval(comparator, flat, text)
+            if not _COMPARE[type(op)](left, right):
+                return False
+            left = right
+        return True
     name = _dotted(node)
     if name is None or name not in flat:
         raise ConfigError("derived", f"cannot evaluate {text!r}: unknown name {name!r}")
