@@ -173,6 +173,10 @@ def _attend(
     T = q.shape[2]
     if len(set(rates)) > 1:  # members with different rates: SDPA takes one rate
         return _attention_by_hand(q, k, v, t_past, rates, bias)
+    if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+        # torch's CPU kernel is slower than plain matmuls in bf16 at these sizes (forward and
+        # backward of 256 x 4 heads x 9 tokens x 32: 7.4 ms against 2.7 ms, torch 2.13)
+        return _attention_by_hand(q, k, v, t_past, rates, bias)
     if bias is not None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=rates[0])
     if t_past == 0:

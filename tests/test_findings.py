@@ -141,9 +141,29 @@ def test_abacus_chooses_the_arm_on_validation_lengths_and_reports_the_others():
     assert "abacus: 97.0 % on longer operands (validation lengths 50.0 %)." in sentences
     assert sentences[-1] == (
         "The best arm, chosen on validation lengths (longer_val/exact_match 99.0 %; "
-        "abacus_bias's gain and reach were chosen on them too), is abacus_bias: 93.0 % on the "
-        "reported longer lengths (longer/)."
+        "abacus_bias's gain, reach and window were chosen on them too), is abacus_bias: 93.0 % "
+        "on the reported longer lengths (longer/); >= 99.0 % there on every one of at least 3 "
+        "seeds: **not met** (0 of 1)."
     )
+
+
+def test_abacus_tells_the_window_arm_apart_and_needs_every_one_of_three_seeds():
+    trials = _arms(
+        ("abacus_bias", 0.8, 0.97), ("abacus_bias", 0.995, 1.0), ("abacus_bias", 0.993, 1.0),
+        ("abacus_bias", 0.6, 0.96),
+    )  # fmt: skip
+    trials["model.abacus_bias_window"] = [False, True, True, False]
+    sentences = CLAIMS["abacus_length"].check({"main": trials})
+    assert (
+        "abacus_bias_window: 99.4 % on longer operands (validation lengths 100.0 %)." in sentences
+    )
+    assert sentences[-1].endswith("every one of at least 3 seeds: **not met** (2 of 2).")
+    trials.loc[4] = ["abacus_bias", 0.991, 0.999, True]
+    sentences = CLAIMS["abacus_length"].check({"main": trials})
+    assert sentences[-1].endswith("every one of at least 3 seeds: **met** (3 of 3).")
+    trials.loc[4, "longer/exact_match"] = 0.95
+    sentences = CLAIMS["abacus_length"].check({"main": trials})
+    assert sentences[-1].endswith("every one of at least 3 seeds: **not met** (2 of 3).")
 
 
 def test_abacus_counts_the_seeds_that_solve_longer_lengths_and_their_ratios():

@@ -306,3 +306,19 @@ def test_a_run_that_only_evaluates_more_trains_the_same_model():
     a, b = train(plain), train(evaluated)
     assert a["train/loss"] == b["train/loss"] and a["val/loss"] == b["val/loss"]
     assert a["n_params"] == b["n_params"] == describe(evaluated)["n_params"]
+
+
+@pytest.mark.parametrize("position", ["rope", "abacus_bias"])
+def test_bf16_autocast_on_cpu_attends_as_fp32_does(position):
+    # under bf16 autocast on a CPU, attention takes plain matmuls instead of torch's fused
+    # kernel (faster there): the logits stay those of fp32 to bf16's precision, cached or not
+    torch.manual_seed(0)
+    model = tiny(position)
+    idx = torch.randint(0, 16, (4, 12))
+    full, _ = model(idx)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low, _ = model(idx)
+        prefix, cache = model(idx[:, :7])
+        rest, _ = model(idx[:, 7:], cache)
+    torch.testing.assert_close(low.float(), full, atol=0.05, rtol=0.05)
+    torch.testing.assert_close(torch.cat([prefix, rest], 1).float(), full, atol=0.05, rtol=0.05)

@@ -27,6 +27,9 @@ from sweeps.analysis.claims_reading import (
 LENGTH_BAR = 0.9
 """The findings issue's bar for an Abacus arm on longer operands (McLeish et al. 2024 report up
 to 99 % at five times the trained length)."""
+SEEDS_BAR = 3
+"""The length issue's bar for the best arm: >= 99 % on the reported lengths on each of at least
+this many seeds (Zhou et al. 2024: a mean over seeds hides a recipe that works for some)."""
 LEARNED_CEILING = 0.05
 """Seed 001's notebook: learned positions score 0 % on longer operands; "near 0" is under 5 %."""
 
@@ -47,11 +50,24 @@ ARM_BARS: dict[str, tuple[str, Callable[[float], bool]]] = {
     ),
 }
 """The abacus_length arms and their bars, on the reported longer operands (``longer/``)."""
+ARM = "arm"
+"""An abacus_length arm: the position scheme, ``abacus_bias_window`` where abacus_bias reads
+only the keys within its reach (``model.abacus_bias_window``)."""
+
+
+def arm_names(trials: pd.DataFrame) -> pd.Series:
+    arm = trials["model.position"].astype(str)
+    if "model.abacus_bias_window" not in trials:
+        return arm
+    window = trials["model.abacus_bias_window"].astype(str).str.lower() == "true"
+    return arm.where(~window, arm + "_window")
 
 
 def abacus_length(frames: Frames) -> list[str]:
     trials = frames["main"]
-    arm = "model.position"
+    arm = ARM
+    if "model.position" in trials:
+        trials = trials.assign(**{ARM: arm_names(trials)})
     reported = per_cell(trials, [arm], "longer/exact_match")
     validated = per_cell(trials, [arm], "longer_val/exact_match")
     longer = dict(zip(reported.get(arm, []), reported["mean"], strict=False))
@@ -99,10 +115,14 @@ def _abacus_choice(trials: pd.DataFrame, arm: str) -> str:
             "abacus_bias's gain and reach could be chosen on longer lengths apart from the "
             "reported ones, so the longer figures above are not validated."
         )
+    scores = column(trials[trials[arm] == best[arm]], "longer/exact_match").dropna()
+    every_seed = bar(scores.min(), lambda v: v >= SUCCESS and len(scores) >= SEEDS_BAR)
     return (
         f"The best arm, chosen on validation lengths (longer_val/exact_match "
-        f"{pct(best['chosen'])}; abacus_bias's gain and reach were chosen on them too), is "
-        f"{best[arm]}: {pct(best['reported'])} on the reported longer lengths (longer/)."
+        f"{pct(best['chosen'])}; abacus_bias's gain, reach and window were chosen on them too), "
+        f"is {best[arm]}: {pct(best['reported'])} on the reported longer lengths (longer/); "
+        f">= {pct(SUCCESS)} there on every one of at least {SEEDS_BAR} seeds: {every_seed} "
+        f"({int((scores >= SUCCESS).sum())} of {len(scores)})."
     )
 
 
