@@ -86,7 +86,9 @@ def _mark_trained(ax, part: pd.DataFrame) -> None:
 
 def _panel_title(keys: list[str], key: object, part: pd.DataFrame) -> str:
     values = key if isinstance(key, tuple) else (key,)
-    label = " ".join(f"{short(k)}={format_key(v)}" for k, v in zip(keys, values, strict=False))
+    pairs = [f"{short(k)}={format_key(v)}" for k, v in zip(keys, values, strict=False)]
+    # two settings a line, so panels of several varied axes do not run into each other
+    label = "\n".join(" ".join(pairs[i : i + 2]) for i in range(0, len(pairs), 2))
     title = f"{label or 'all trials'} (n={len(part)})"
     if RATIO_KEY in part and part[RATIO_KEY].notna().any():
         ratios = ", ".join(f"{r:g}" for r in part[RATIO_KEY].dropna())
