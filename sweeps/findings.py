@@ -1,7 +1,7 @@
 """The findings report: each shipped search space's table, a plot, its measured time and the
 command that made it, next to what its seed document claims.
 
-    python -m sweeps.findings --run                    # run all eight spaces, then write the report
+    python -m sweeps.findings --run                    # run all nine spaces, then write the report
     python -m sweeps.findings                          # the report from MLflow, for spaces that ran
     python -m sweeps.findings grokking --run --set sweep.resources.gpu=0.25   # one space again, GPU
 

@@ -67,6 +67,15 @@ CLAIMS: dict[str, Claim] = {
             plot="training_curves",  # the late jump of validation exact match is the finding
         ),
         Claim(
+            "grokking_phases",
+            "003, after Liu et al. 2022",
+            "Over learning rate and weight decay, a transformer on modular arithmetic learns in "
+            "four phases: comprehension, grokking, memorisation and confusion; it generalises "
+            "(comprehension, grokking) only between memorisation and confusion.",
+            claims_training.grokking_phases,
+            plot="phase_map",
+        ),
+        Claim(
             "batch_lr",
             "003, batch-size ablation",
             "With lr = 1e-3 * sqrt(batch / 32), steps to 100 % train and steps to grok fall "

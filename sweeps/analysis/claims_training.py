@@ -1,7 +1,8 @@
 """The checks of the training questions: whether weight decay makes a run grok (seed 003),
-how batch size and learning rate set the steps to a target (seed 003's ablation), and whether
-Optuna with ASHA finds as good a learning rate as a grid for less training. The rules of every
-check are in ``sweeps.analysis.claims``."""
+which learning phase each learning rate and weight decay falls in (Liu et al. 2022), how batch
+size and learning rate set the steps to a target (seed 003's ablation), and whether Optuna with
+ASHA finds as good a learning rate as a grid for less training. The rules of every check are in
+``sweeps.analysis.claims``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ from sweeps.analysis.claims_reading import (
     pct,
     per_cell,
     verdict_of,
+)
+from sweeps.analysis.phases import (
+    COMPREHENSION,
+    CONFUSION,
+    GROKKING,
+    MEMORISATION,
+    PHASE_COLUMN,
+    PHASES,
+    majority_phase,
 )
 
 GROK_THRESHOLD = 0.95
@@ -58,6 +68,56 @@ def _grokking_verdict(val: pd.Series, wd: pd.Series) -> str:
         return f"{claim}: {NOT_MEASURED} (no {' and no '.join(missing)} group measured)."
     ok = (with_decay.dropna() >= GROK_THRESHOLD).all() and (without.dropna() < GROK_THRESHOLD).all()
     return f"{claim}: {verdict_of(bool(ok))}."
+
+
+LR, WD = "optim.lr", "optim.weight_decay"
+GOLDILOCKS_RANK = {MEMORISATION: 0, COMPREHENSION: 1, GROKKING: 1, CONFUSION: 2}
+"""Liu et al.'s order of the phases as weight decay grows at one learning rate: memorisation,
+then the two that generalise (their "Goldilocks zone"), then confusion."""
+
+
+def grokking_phases(frames: Frames) -> list[str]:
+    """The phase of every grid point (the majority over its seeds), by weight decay; whether
+    all four of Liu et al.'s phases appear, and whether weight decay orders them as theirs."""
+    trials = frames["main"]
+    if PHASE_COLUMN not in trials.columns or trials[PHASE_COLUMN].isna().all():
+        return [f"Phases: {NOT_MEASURED} (no trial has a training exact match curve)."]
+    cells = _phase_cells(trials)
+    rows = [
+        f"weight decay {decay:g}: " + ", ".join(group["label"])
+        for decay, group in cells.groupby(WD)
+    ]
+    found = cells["phase"].tolist()
+    ordered = sum(_in_goldilocks_order(group) for _, group in cells.groupby(LR))
+    n_rates = cells[LR].nunique()
+    return [
+        f"Phase per grid point (the majority over its seeds): {'; '.join(rows)}.",
+        f"Grid points by phase: {', '.join(f'{p} {found.count(p)}' for p in PHASES)}.",
+        f"All four phases appear: {verdict_of(all(p in found for p in PHASES))}.",
+        "At every learning rate, growing weight decay goes from memorisation through the phases "
+        f"that generalise to confusion (Liu et al.'s Goldilocks zone): "
+        f"{verdict_of(ordered == n_rates)} ({ordered} of {n_rates} learning rates).",
+    ]
+
+
+def _phase_cells(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per (weight decay, learning rate): its majority phase, and a label with the
+    learning rate and ``k/n`` where the point's seeds disagree."""
+    records = []
+    for (decay, rate), cell in trials.groupby([WD, LR]):
+        phase, count = majority_phase(cell[PHASE_COLUMN])
+        n = int(cell[PHASE_COLUMN].notna().sum())
+        label = f"lr {rate:g} {phase}" + (f" ({count}/{n})" if count < n else "")
+        records.append({WD: decay, LR: rate, "phase": phase, "label": label})
+    return pd.DataFrame(records)
+
+
+def _in_goldilocks_order(cells: pd.DataFrame) -> bool:
+    """Whether one learning rate's phases, by growing weight decay, never go back down
+    ``GOLDILOCKS_RANK`` (a phase that is absent breaks nothing)."""
+    phases = cells.sort_values(WD)["phase"]
+    ranks = [GOLDILOCKS_RANK[p] for p in phases if p in GOLDILOCKS_RANK]
+    return ranks == sorted(ranks)
 
 
 def batch_lr(frames: Frames) -> list[str]:

@@ -22,6 +22,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
 from sweeps.analysis.convergence import CONVERGENCE_TAG, budget_key, convergence_column
+from sweeps.analysis.phases import PHASE_METRICS, with_phase
 from sweeps.analysis.plots import CURVE_METRICS, write_plots
 from sweeps.analysis.store import is_sqlite, sqlite_file
 from sweeps.analysis.table_fits import GroupFit, fit_note, table_fits, with_fit_columns
@@ -218,13 +219,15 @@ def trials_from_mlflow(
     *,
     curve_metrics: Iterable[str] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(trials, curves) of the newest sweep in ``experiment_name`` (or of ``parent_run_id``)."""
+    """(trials, curves) of the newest sweep in ``experiment_name`` (or of ``parent_run_id``);
+    the trials with their learning phase, read from curves the caller need not have asked for."""
     client = open_client(tracking_uri)
     parent = find_parent_run(client, experiment_name, parent_run_id)
     runs = child_runs(client, parent)
     metrics = list(curve_metrics) if curve_metrics is not None else list(CURVE_METRICS)
-    trials = trials_frame(runs)
-    return trials, curves_frame(client, runs, metrics)
+    curves = curves_frame(client, runs, [*metrics, *PHASE_METRICS])
+    trials = with_phase(trials_frame(runs), curves)
+    return trials, curves[curves["metric"].isin(metrics)].reset_index(drop=True)
 
 
 def spec_from_parent(client: MlflowClient, parent: Run) -> dict | None:

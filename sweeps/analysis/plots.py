@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from sweeps.analysis.phases import PHASE_COLUMN
 from sweeps.analysis.plot_curves import (
     CURVE_METRICS,
     LENGTH_COLUMN,
@@ -28,6 +29,7 @@ from sweeps.analysis.plot_heatmaps import (
     width_depth_heatmap,
 )
 from sweeps.analysis.plot_lengths import has_length_grid, length_heatmap
+from sweeps.analysis.plot_phases import LR_WD, phase_map
 from sweeps.analysis.plot_size import BUDGET, exact_match_by_op, exact_match_vs_params, isoflop
 from sweeps.analysis.plot_style import MARKERS
 from sweeps.analysis.power_law import GroupFit
@@ -40,6 +42,7 @@ __all__ = [
     "BUDGET",
     "CURVE_METRICS",
     "LENGTH_COLUMN",
+    "LR_WD",
     "MARKERS",
     "MAX_LEVELS",
     "WIDTH_DEPTH",
@@ -50,6 +53,7 @@ __all__ = [
     "heatmap",
     "isoflop",
     "length_heatmap",
+    "phase_map",
     "plots_for",
     "training_curves",
     "trial_labels",
@@ -71,7 +75,8 @@ def plots_for(
     isoFLOP plot where ``train.flops_budget`` varies; each operation's exact match against
     parameters where a multi-operation sweep varies the size; exact match by operand length
     where the trials have a longer-than-trained set; the length grid's heatmaps where they
-    measured one."""
+    measured one; the phase map where learning rate and weight decay both vary over a grid and
+    the trials have phases (``sweeps.analysis.phases``)."""
     if metric is None or "exact_match" not in metric:  # the figures are of exact match
         metric = primary_metric(trials)
     fits = fits or {}
@@ -94,6 +99,8 @@ def plots_for(
         figures["width_x_depth"] = width_depth_heatmap(trials, metric)
     if has_metric and all(a in axes for a in BATCH_LR):
         figures["batch_size_x_lr"] = batch_lr_heatmap(trials, metric)
+    if PHASE_COLUMN in trials.columns and all(_few_levels(trials, a, axes) for a in LR_WD):
+        figures["phase_map"] = phase_map(trials)
     if BUDGET in axes and "n_params" in trials.columns:
         figures["isoflop"] = isoflop(trials)
     if any(c.startswith("longer/") and LENGTH_COLUMN.match(c) for c in trials.columns):
@@ -103,6 +110,12 @@ def plots_for(
     if len(curves):
         figures["training_curves"] = training_curves(curves, labels=trial_labels(trials))
     return figures
+
+
+def _few_levels(trials: pd.DataFrame, axis: str, axes: Sequence[str]) -> bool:
+    """Whether ``axis`` varies over a grid's few values (a random search's draws would leave
+    a cell per trial, nearly all of them empty)."""
+    return axis in axes and trials[axis].nunique() <= MAX_LEVELS
 
 
 def _size_plot(
