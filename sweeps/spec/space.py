@@ -111,13 +111,9 @@ _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 # Comparisons, for a value that depends on a condition:
 # ``train.precision: "'bf16' if model.d_model >= 64 else 'fp32'"``.
 _COMPARE = {
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-    ast.Eq: operator.eq,
-    ast.NotEq: operator.ne,
-}
+    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Eq: operator.eq, ast.NotEq: operator.ne,
+}  # fmt: skip
 
 
 def _power(base: float, exp: float) -> float:
@@ -178,7 +174,8 @@ def _first_disallowed(tree: ast.AST) -> str | None:
         elif isinstance(node, ast.BinOp):
             if type(node.op) not in _BINARY:
                 return f"the operator {type(node.op).__name__}"
-            if any(_is_text(side) for side in (node.left, node.right)):
+            sides = [side for side in (node.left, node.right) if isinstance(side, ast.Constant)]
+            if any(isinstance(side.value, str) for side in sides):
                 return "arithmetic on text"
         elif isinstance(node, ast.UnaryOp):
             if type(node.op) not in _UNARY:
@@ -197,10 +194,6 @@ def _first_disallowed(tree: ast.AST) -> str | None:
 _STRUCTURE = (
     ast.Expression, ast.Load, ast.Name, ast.Attribute, ast.IfExp, ast.BoolOp, ast.And, ast.Or
 )  # fmt: skip
-
-
-def _is_text(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
 def _dotted(node: ast.AST) -> str | None:
