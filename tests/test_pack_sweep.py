@@ -209,5 +209,7 @@ def test_bench_pack_of_whole_sweeps_at_a_tiny_size(capsys):
     assert any("pack 1 is the baseline" in line for line in lines)
     rows = [line.split() for line in lines if line.split()[:1] == ["1k"]]
     assert [r[2] for r in rows] == ["1", "2"]
-    seconds = [float(r[3]) for r in rows]
-    assert float(rows[1][5]) == pytest.approx(seconds[0] / seconds[1], abs=0.01)
+    seconds = [float(r[3]) for r in rows]  # printed to 0.1 s; the ratio is of the exact times
+    low = (seconds[0] - 0.05) / (seconds[1] + 0.05) - 0.005
+    high = (seconds[0] + 0.05) / (seconds[1] - 0.05) + 0.005
+    assert low <= float(rows[1][5]) <= high
