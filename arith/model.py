@@ -126,7 +126,9 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.cfg = cfg
         if cfg.position == "abacus_bias":  # first: the parameter order checkpoints hold
-            self.abacus_bias = positions.AbacusBias(members, cfg.n_head, cfg.n_index_differences)
+            self.abacus_bias = positions.AbacusBias(
+                members, cfg.n_head, cfg.n_index_differences, cfg.abacus_bias_window
+            )
             self.register_load_state_dict_pre_hook(positions.rename_old_abacus_bias)
         self.qkv = MemberLinear(members, cfg.d_model, 3 * cfg.d_model, cfg.bias)
         self.proj = MemberLinear(members, cfg.d_model, cfg.d_model, cfg.bias)

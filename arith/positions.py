@@ -71,9 +71,10 @@ class AbacusBias(nn.Module):
     It learns at a multiple of the learning rate (``optim.abacus_bias_lr_mult``, arith.optim):
     at the rate of the weights it takes thousands of steps to become sharp."""
 
-    def __init__(self, members: int, n_head: int, n_differences: int) -> None:
+    def __init__(self, members: int, n_head: int, n_differences: int, window: bool) -> None:
         super().__init__()
         self.n_head = n_head
+        self.window = window  # differences may hold -1 (not seen): ``clipped_differences``
         # (M, heads x differences): 2-D like other biases, so weight decay leaves it alone
         self.table = nn.Parameter(torch.zeros(members, n_head * n_differences))
 
@@ -84,8 +85,11 @@ class AbacusBias(nn.Module):
         M = self.table.shape[0]
         table = self.table.view(M, self.n_head, -1)
         table = table.repeat_interleave(B // M, dim=0)  # (B, heads, differences)
-        index = differences.clamp(min=0).view(B, 1, T * S).expand(B, self.n_head, T * S)
+        entries = differences.clamp(min=0) if self.window else differences
+        index = entries.view(B, 1, T * S).expand(B, self.n_head, T * S)
         bias = table.gather(2, index).view(B, self.n_head, T, S)
+        if not self.window:  # the clipped bias, no masking: nothing to pay for on its hot path
+            return bias
         return bias.masked_fill(differences[:, None] < 0, float("-inf"))
 
 
