@@ -114,6 +114,10 @@ _COMPARE = {
     ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
     ast.Eq: operator.eq, ast.NotEq: operator.ne,
 }  # fmt: skip
+# The nodes that only hold an expression together: names, the condition, and/or.
+_STRUCTURE = (
+    ast.Expression, ast.Load, ast.Name, ast.Attribute, ast.IfExp, ast.BoolOp, ast.And, ast.Or
+)  # fmt: skip
 
 
 def _power(base: float, exp: float) -> float:
@@ -189,11 +193,6 @@ def _first_disallowed(tree: ast.AST) -> str | None:
         elif type(node) not in _BINARY and type(node) not in _UNARY and type(node) not in _COMPARE:
             return f"{type(node).__name__}"
     return None
-
-
-_STRUCTURE = (
-    ast.Expression, ast.Load, ast.Name, ast.Attribute, ast.IfExp, ast.BoolOp, ast.And, ast.Or
-)  # fmt: skip
 
 
 def _dotted(node: ast.AST) -> str | None:
