@@ -21,15 +21,14 @@ from arith.cli import HelpFormatter
 from sweeps.analysis.collect import (
     CollectError,
     child_runs,
-    curves_frame,
     find_parent_run,
     open_client,
     spec_from_parent,
     swept_paths,
     trials_frame,
+    with_curves,
     write_outputs,
 )
-from sweeps.analysis.phases import PHASE_METRICS, with_phase
 from sweeps.analysis.plots import CURVE_METRICS
 from sweeps.analysis.sources import read_spec_file, table_specs_of
 from sweeps.analysis.store import default_tracking_uri
@@ -83,9 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = child_runs(client, parent)
         trials = trials_frame(runs)
         specs = specs or default_table_specs(trials, metric)
-        wanted = [*CURVE_METRICS, *PHASE_METRICS, *(v for s in specs for v in s.values)]
-        curves = curves_frame(client, runs, wanted)
-        trials = with_phase(trials, curves)  # as trials_from_mlflow reads them at a sweep's end
+        wanted = [*CURVE_METRICS, *(v for s in specs for v in s.values)]
+        trials, curves = with_curves(client, runs, trials, wanted)
         paths = write_outputs(trials, curves, specs, out_dir, metric=metric, axes=swept_paths(spec))
     except (CollectError, ValueError, MlflowException, OSError) as err:
         message = " ".join(str(getattr(err, "message", None) or err).split())

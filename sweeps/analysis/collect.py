@@ -219,14 +219,20 @@ def trials_from_mlflow(
     *,
     curve_metrics: Iterable[str] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(trials, curves) of the newest sweep in ``experiment_name`` (or of ``parent_run_id``);
-    the trials with their learning phase, read from curves the caller need not have asked for."""
+    """(trials, curves) of the newest sweep in ``experiment_name`` (or of ``parent_run_id``)."""
     client = open_client(tracking_uri)
-    parent = find_parent_run(client, experiment_name, parent_run_id)
-    runs = child_runs(client, parent)
+    runs = child_runs(client, find_parent_run(client, experiment_name, parent_run_id))
     metrics = list(curve_metrics) if curve_metrics is not None else list(CURVE_METRICS)
+    return with_curves(client, runs, trials_frame(runs), metrics)
+
+
+def with_curves(
+    client: MlflowClient, runs: list[Run], trials: pd.DataFrame, metrics: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(trials with their learning phase, the ``metrics`` curves of ``runs``): the curves the
+    phase reads are fetched too and left out again (the caller need not have asked for them)."""
     curves = curves_frame(client, runs, [*metrics, *PHASE_METRICS])
-    trials = with_phase(trials_frame(runs), curves)
+    trials = with_phase(trials, curves)
     return trials, curves[curves["metric"].isin(metrics)].reset_index(drop=True)
 
 
