@@ -29,6 +29,8 @@ def n_params(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> dict[str, i
     attn = d * 3 * d + 3 * d * b + d * d + d * b
     if cfg.position == "abacus_bias":
         attn += cfg.n_head * cfg.n_index_differences
+        if cfg.abacus_bias_values:  # a value vector per head and difference
+            attn += cfg.n_head * cfg.n_index_differences * cfg.head_dim
     mlp = d * h + h * b + h * d + d * b
     norms = 2 * (d + d * b)
     per_layer = attn + mlp + norms

@@ -63,6 +63,10 @@ class ModelConfig:
     abacus_bias_window: bool = False
     """``abacus_bias``: keys whose index differs by more than the reach are not seen at all, so
     no query meets more keys on longer operands than in training (docs/notes/abacus_length.md)."""
+    abacus_bias_values: bool = False
+    """``abacus_bias``: each head also adds a learned vector per index difference to what it
+    reads (Shaw et al. 2018's relative values), so a query can tell which differences it met
+    even where the digits it reads are all alike (4444 + 1: does the operand end here?)."""
     log_length_attention: bool = False
     """Scale each query's attention logits by log(number of keys it sees) (Chiang & Cholak
     2022; Nakanishi 2025, "Scalable-Softmax"), so attention to one key does not fade as the
@@ -101,6 +105,11 @@ class ModelConfig:
             "model.abacus_bias_reach",
             f"must be >= 1, got {self.abacus_bias_reach}",
         )
+        require(
+            not self.abacus_bias_values or self.position == "abacus_bias",
+            "model.abacus_bias_values",
+            f"needs model.position 'abacus_bias', but the position is {self.position!r}",
+        )
 
     @property
     def hidden(self) -> int:
@@ -127,7 +136,11 @@ class CausalSelfAttention(nn.Module):
         self.cfg = cfg
         if cfg.position == "abacus_bias":  # first: the parameter order checkpoints hold
             self.abacus_bias = positions.AbacusBias(
-                members, cfg.n_head, cfg.n_index_differences, cfg.abacus_bias_window
+                members,
+                cfg.n_head,
+                cfg.n_index_differences,
+                cfg.abacus_bias_window,
+                cfg.head_dim if cfg.abacus_bias_values else 0,
             )
             self.register_load_state_dict_pre_hook(positions.rename_old_abacus_bias)
         self.qkv = MemberLinear(members, cfg.d_model, 3 * cfg.d_model, cfg.bias)
@@ -162,7 +175,11 @@ class CausalSelfAttention(nn.Module):
         if differences is not None:  # (B, nh, T, t_past + T), the causal mask included
             causal = causal_mask(T, t_past, x.device)
             bias = self.abacus_bias(differences).masked_fill(~causal, float("-inf")).to(q.dtype)
-        y = _attend(q, k, v, t_past, rates, bias)  # (B, nh, T, hs)
+        if bias is not None and self.abacus_bias.values is not None:  # needs the weights
+            weights = _attention_weights(q, k, t_past, rates, bias)
+            y = weights @ v + self.abacus_bias.read_values(weights, differences)
+        else:
+            y = _attend(q, k, v, t_past, rates, bias)  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(*lead, T, C)  # heads side by side again
         return member_dropout(self.proj(y), dropout, self.training)
 
@@ -195,13 +212,20 @@ def _attention_by_hand(
 ) -> Tensor:
     """Causal attention after a cached prefix, with each member's dropout rate on its weights;
     ``bias`` (B, heads, T, keys), if given, already holds the causal mask."""
+    return _attention_weights(q, k, t_past, rates, bias) @ v
+
+
+def _attention_weights(
+    q: Tensor, k: Tensor, t_past: int, rates: tuple[float, ...], bias: Tensor | None
+) -> Tensor:
+    """(B, heads, T, keys) causal attention weights, each member's dropout applied."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     if bias is None:
         mask = causal_mask(q.shape[2], t_past, q.device)
         weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
     else:
         weights = (scores + bias).softmax(dim=-1)
-    return member_dropout(weights, rates, training=True) @ v
+    return member_dropout(weights, rates, training=True)
 
 
 def causal_mask(T: int, t_past: int, device: torch.device) -> Tensor:

@@ -10,7 +10,8 @@
   head adds a learned bias for the difference between the query's and the key's index (T5's
   relative bias, Raffel et al. 2020, over digit indices rather than token positions), clipped
   at ``abacus_bias_reach`` so longer numbers meet no difference training did not
-  (:class:`AbacusBias`).
+  (:class:`AbacusBias`). With ``abacus_bias_values`` each head also reads a learned vector per
+  difference (Shaw et al. 2018's relative values).
 - ``none``: no position signal besides the causal mask (NoPE).
 
 What was tried on the way to these, with measurements: docs/notes/abacus_length.md.
@@ -71,12 +72,17 @@ class AbacusBias(nn.Module):
     It learns at a multiple of the learning rate (``optim.abacus_bias_lr_mult``, arith.optim):
     at the rate of the weights it takes thousands of steps to become sharp."""
 
-    def __init__(self, members: int, n_head: int, n_differences: int, window: bool) -> None:
+    def __init__(
+        self, members: int, n_head: int, n_differences: int, window: bool, head_dim: int = 0
+    ) -> None:
         super().__init__()
-        self.n_head = n_head
+        self.n_head, self.n_differences, self.head_dim = n_head, n_differences, head_dim
         self.window = window  # differences may hold -1 (not seen): ``clipped_differences``
         # (M, heads x differences): 2-D like other biases, so weight decay leaves it alone
         self.table = nn.Parameter(torch.zeros(members, n_head * n_differences))
+        # with a head_dim, a value vector per head and difference (``read_values``), 2-D alike
+        shape = (members, n_head * n_differences * head_dim)
+        self.values = nn.Parameter(torch.zeros(shape)) if head_dim else None
 
     def forward(self, differences: Tensor) -> Tensor:
         """Attention bias (B, heads, T, keys) for ``differences`` (B, T, keys): each member's
@@ -91,6 +97,20 @@ class AbacusBias(nn.Module):
         if not self.window:  # the clipped bias, no masking: nothing to pay for on its hot path
             return bias
         return bias.masked_fill(differences[:, None] < 0, float("-inf"))
+
+    def read_values(self, weights: Tensor, differences: Tensor) -> Tensor:
+        """(B, heads, T, head_dim): per query, the attention weight (B, heads, T, keys) spent on
+        keys of each difference times that difference's value vector.
+
+        Weights spread evenly over alike digits read the same value whether the operand ends
+        at the next index or goes on; the weight on difference -1 then says which it is."""
+        B, H = weights.shape[:2]
+        M = self.values.shape[0]
+        # keys outside the window (-1) have weight 0, so any entry serves them
+        onehot = nn.functional.one_hot(differences.clamp(min=0), self.n_differences)
+        spent = torch.einsum("bhts,btsd->bhtd", weights, onehot.to(weights.dtype))
+        table = self.values.view(M, H, self.n_differences, self.head_dim)
+        return spent @ table.repeat_interleave(B // M, dim=0).to(weights.dtype)
 
 
 def rope_tables(positions: Tensor, head_dim: int, theta: float, dtype) -> tuple[Tensor, Tensor]:

@@ -141,10 +141,19 @@ def test_abacus_chooses_the_arm_on_validation_lengths_and_reports_the_others():
     assert "abacus: 97.0 % on longer operands (validation lengths 50.0 %)." in sentences
     assert sentences[-1] == (
         "The best arm, chosen on validation lengths (longer_val/exact_match 99.0 %; "
-        "abacus_bias's gain, reach and window were chosen on them too), is abacus_bias: 93.0 % "
+        "abacus_bias's reach, window and values were chosen on them too), is abacus_bias: 93.0 % "
         "on the reported longer lengths (longer/); >= 99.0 % there on every one of at least 3 "
         "seeds: **not met** (0 of 1)."
     )
+
+
+def test_abacus_names_the_relative_values_arm_apart_from_the_window_alone():
+    trials = _arms(("abacus_bias", 0.97, 0.99), ("abacus_bias", 1.0, 1.0))
+    trials["model.abacus_bias_window"] = [True, True]
+    trials["model.abacus_bias_values"] = [False, True]
+    sentences = CLAIMS["abacus_length"].check({"main": trials})
+    assert "abacus_bias_window: 97.0 % on longer operands (validation lengths 99.0 %)." in sentences
+    assert any(s.startswith("abacus_bias_window_values: 100.0 % on longer") for s in sentences)
 
 
 def test_abacus_tells_the_window_arm_apart_and_needs_every_one_of_three_seeds():

@@ -28,6 +28,19 @@ def tiny(position: str, **kw) -> GPT:
 def test_cached_decoding_matches_full_forward(position, options):
     torch.manual_seed(0)
     model = tiny(position, **options)
+    _check_cached_decoding(model)
+
+
+def test_cached_decoding_with_relative_values_matches_full_forward():
+    torch.manual_seed(0)
+    model = tiny("abacus_bias", abacus_bias_window=True, abacus_bias_values=True)
+    with torch.no_grad():  # they start at zero: give them something to read
+        for layer in model.blocks:
+            layer.attn.abacus_bias.values.normal_()
+    _check_cached_decoding(model)
+
+
+def _check_cached_decoding(model: GPT) -> None:
     idx = torch.randint(0, 16, (3, 12))
     full, _ = model(idx)
     logits, cache = model(idx[:, :5])
@@ -120,6 +133,26 @@ def test_abacus_bias_finds_the_ones_digits_from_equals_at_any_length():
         differences = clipped_differences(run, run, cfg.abacus_bias_reach, False)
         y = attn(x, None, KVCache(), 0, (0.0,), differences)
         assert y[0, -1, 0].item() == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("values", [False, True])
+def test_relative_values_tell_whether_alike_digits_go_on(values):
+    # "4444" and "44444": a query at index 4 reads keys 3, 4 (and 5) of equal content through a
+    # window of reach 1; only the relative values say whether index 5 is there
+    window = {"abacus_bias_reach": 1, "abacus_bias_window": True, "abacus_bias_values": values}
+    cfg = ModelConfig(n_layer=1, d_model=4, n_head=1, position="abacus_bias", **window)
+    attn = CausalSelfAttention(cfg, members=1)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in attn.parameters():
+            p.normal_()
+    outputs = []
+    for digits in (4, 5):
+        run = torch.tensor([[*range(1, digits + 1), 4]])  # the query: index 4, last
+        x = torch.ones(1, 1, digits + 1, 4)  # every token alike
+        differences = clipped_differences(run, run, 1, True)
+        outputs.append(attn(x, None, KVCache(), 0, (0.0,), differences)[0, 0, -1])
+    assert torch.allclose(outputs[0], outputs[1]) != values
 
 
 def test_abacus_bias_window_hides_digits_beyond_the_reach():

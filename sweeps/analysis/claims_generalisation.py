@@ -51,16 +51,18 @@ ARM_BARS: dict[str, tuple[str, Callable[[float], bool]]] = {
 }
 """The abacus_length arms and their bars, on the reported longer operands (``longer/``)."""
 ARM = "arm"
-"""An abacus_length arm: the position scheme, ``abacus_bias_window`` where abacus_bias reads
-only the keys within its reach (``model.abacus_bias_window``)."""
+"""An abacus_length arm: the position scheme, ``_window`` where abacus_bias reads only the keys
+within its reach (``model.abacus_bias_window``), ``_values`` where it also reads a value vector
+per index difference (``model.abacus_bias_values``)."""
 
 
 def arm_names(trials: pd.DataFrame) -> pd.Series:
     arm = trials["model.position"].astype(str)
-    if "model.abacus_bias_window" not in trials:
-        return arm
-    window = trials["model.abacus_bias_window"].astype(str).str.lower() == "true"
-    return arm.where(~window, arm + "_window")
+    for option, suffix in (("window", "_window"), ("values", "_values")):
+        if f"model.abacus_bias_{option}" in trials:
+            on = trials[f"model.abacus_bias_{option}"].astype(str).str.lower() == "true"
+            arm = arm.where(~on, arm + suffix)
+    return arm
 
 
 def abacus_length(frames: Frames) -> list[str]:
@@ -119,7 +121,7 @@ def _abacus_choice(trials: pd.DataFrame, arm: str) -> str:
     every_seed = bar(scores.min(), lambda v: v >= SUCCESS and len(scores) >= SEEDS_BAR)
     return (
         f"The best arm, chosen on validation lengths (longer_val/exact_match "
-        f"{pct(best['chosen'])}; abacus_bias's gain, reach and window were chosen on them too), "
+        f"{pct(best['chosen'])}; abacus_bias's reach, window and values were chosen on them too), "
         f"is {best[arm]}: {pct(best['reported'])} on the reported longer lengths (longer/); "
         f">= {pct(SUCCESS)} there on every one of at least {SEEDS_BAR} seeds: {every_seed} "
         f"({int((scores >= SUCCESS).sum())} of {len(scores)})."
