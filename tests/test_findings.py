@@ -154,6 +154,9 @@ def test_abacus_names_the_relative_values_arm_apart_from_the_window_alone():
     sentences = CLAIMS["abacus_length"].check({"main": trials})
     assert "abacus_bias_window: 97.0 % on longer operands (validation lengths 99.0 %)." in sentences
     assert any(s.startswith("abacus_bias_window_values: 100.0 % on longer") for s in sentences)
+    bars = [s for s in sentences if s.startswith("The Abacus index as an attention bias")]
+    assert [b.split(": ")[-1] for b in bars] == ["**met**.", "**met**."]  # each window arm's bar
+    assert "(abacus_bias_window_values)" in bars[1]
 
 
 def test_abacus_tells_the_window_arm_apart_and_needs_every_one_of_three_seeds():

@@ -105,6 +105,7 @@ CLAIMS: dict[str, Claim] = {
             "One ~10M-parameter model learns + - * // % on 3-digit operands with carry traces, "
             "early-stopped at 99 %; * is the hardest and needs the most parameters.",
             claims_generalisation.multi_op,
+            plot="exact_match_by_op",  # each operation along the size ladder: where * emerges
         ),
         Claim(
             "optuna_lr",

@@ -78,9 +78,15 @@ def abacus_length(frames: Frames) -> list[str]:
         f"{name}: {pct(longer[name])} on longer operands (validation lengths {pct(held[name])})."
         for name in longer
     ]
+    # each bar holds for every arm of its position scheme (abacus_bias_window_values is one)
+    scheme = dict(zip(trials[arm], trials["model.position"], strict=True)) if arm in trials else {}
     for name, (claim, ok) in ARM_BARS.items():
-        why = "" if name in longer else " (the arm did not run)"
-        out.append(f"{claim}: {bar(longer.get(name), ok)}{why}.")
+        arms = [a for a in longer if scheme.get(a, a) == name]
+        if not arms:
+            out.append(f"{claim}: {bar(None, ok)} (the arm did not run).")
+        for each in arms:
+            which = "" if each == name else f" ({each})"
+            out.append(f"{claim}{which}: {bar(longer[each], ok)}.")
     return [*out, *_across_seeds(trials, arm), _abacus_choice(trials, arm)]
 
 
