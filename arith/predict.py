@@ -1,18 +1,17 @@
 """``python -m arith.predict MODEL "1234 + 5678 =" ...``
 
 Prints the model's greedy completion of each prompt (one per argument, or one per line on stdin).
-MODEL is a run folder (``model.pt`` or ``checkpoint.pt``), a checkpoint file, or a sweep trial's
-MLflow run (``runs:/<run_id>`` or a bare run id, with ``--tracking-uri``). Prompts are problems
-of the model's task written in its format, e.g. ``"1234 + 5678 ="`` for plain addition.
+MODEL is a run folder (``model.pt`` or ``checkpoint.pt``) or a checkpoint file; a sweep trial's
+MLflow run (``runs:/<run_id>``) is asked through ``python -m sweeps.predict``, which fetches it
+(arith never imports MLflow). Prompts are problems of the model's task written in its format,
+e.g. ``"1234 + 5678 ="`` for plain addition.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -59,26 +58,11 @@ def with_member_axis(weights: dict, expected: dict) -> dict:
     }
 
 
-def download_from_mlflow(source: str, tracking_uri: str | None, into: Path) -> Path:
-    """The ``model/`` artifact of an MLflow run (a sweep's trial) in a local folder. MLflow is
-    imported here only, so arith's modules stay free of it."""
-    run_id = source.removeprefix("runs:/").strip("/").split("/")[0]
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    uri = uri or f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        fail(f"--tracking-uri: no MLflow store at {uri.removeprefix('sqlite:///')}")
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    try:
-        import mlflow.artifacts
-
-        local = mlflow.artifacts.download_artifacts(
-            artifact_uri=f"runs:/{run_id}/model", tracking_uri=uri, dst_path=str(into)
-        )
-    except Exception as err:  # unknown run, no model artifact, unreachable store
-        reason = " ".join(str(getattr(err, "message", None) or err).split())[:200]
-        fail(f"model: cannot load the model of MLflow run {run_id} at {uri} ({reason})")
-    return Path(local)
+def names_a_run(source: str) -> bool:
+    """Whether MODEL names an MLflow run (``runs:/<id>`` or a bare 32-hex id that is no path)."""
+    return source.startswith("runs:/") or bool(
+        _RUN_ID.fullmatch(source) and not Path(source).exists()
+    )
 
 
 def unfamiliar(task, lengths: list[int]) -> str | None:
@@ -171,24 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m arith.predict",
         description=__doc__.split("\n\n")[1],
     )
-    parser.add_argument(
-        "model", help="run folder, checkpoint file, runs:/<run_id> or an MLflow run id"
-    )
+    parser.add_argument("model", help="run folder or checkpoint file")
     parser.add_argument("prompts", nargs="*", help="prompts; read from stdin when none are given")
     parser.add_argument("--max-new-tokens", type=int, default=None)
-    parser.add_argument(
-        "--tracking-uri",
-        help="MLflow store of a run id (default $MLFLOW_TRACKING_URI or ./mlflow.db)",
-    )
     args = parser.parse_intermixed_args(argv)  # options may follow the prompts
-    with tempfile.TemporaryDirectory(prefix="arith-predict-") as tmp:
-        source = args.model
-        from_run = source.startswith("runs:/") or (
-            _RUN_ID.fullmatch(source) and not Path(source).exists()
-        )
-        if from_run:
-            source = download_from_mlflow(source, args.tracking_uri, Path(tmp))
-        model, fmt = load_model(source)
+    if names_a_run(args.model):
+        fail(f"model: {args.model} is an MLflow run; python -m sweeps.predict {args.model} asks it")
+    model, fmt = load_model(args.model)
     prompts = args.prompts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     # every prompt checked before any answer (or note) is printed
     checked = [(prompt, *prompt_ids(fmt, prompt)) for prompt in prompts]

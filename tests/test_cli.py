@@ -68,6 +68,18 @@ def test_predict_completes_prompts_from_arguments_and_stdin(tmp_path):
         lines = bad.stderr.strip().splitlines()
         assert bad.returncode == 2 and len(lines) == 1 and prompt in lines[0], bad.stderr
         assert bad.stdout == ""  # every prompt is checked before any answer
+    # a local model answers alike through sweeps.predict; an MLflow run only through it
+    via_sweeps = run("-m", "sweeps.predict", str(tmp_path), "1234 + 5678 =", "1 + 2 =")
+    assert via_sweeps.returncode == 0 and via_sweeps.stdout == result.stdout, via_sweeps.stderr
+    run_id = "0123456789abcdef0123456789abcdef"
+    for source in (f"runs:/{run_id}", run_id):
+        refused = run("-m", "arith.predict", source, "1 + 2 =")
+        assert refused.returncode == 2 and refused.stderr.strip() == (
+            f"error: model: {source} is an MLflow run; python -m sweeps.predict {source} asks it"
+        )
+    missing = run("-m", "sweeps.predict", f"runs:/{run_id}", "--tracking-uri",
+                  f"sqlite:///{tmp_path / 'none.db'}", "1 + 2 =")  # fmt: skip
+    assert missing.returncode == 2 and "no MLflow store at" in missing.stderr, missing.stderr
 
 
 def test_a_model_saved_before_packed_trials_still_answers(tmp_path):
@@ -122,7 +134,7 @@ def test_train_progress_bar_shows_the_running_loss_and_never_nan(tmp_path):
 
 
 COMMANDS = ["arith.train", "arith.predict", "arith.bench", "sweeps.run", "sweeps.table"]
-COMMANDS += ["sweeps.submit", "sweeps.bench", "sweeps.findings", "sweeps.compare"]
+COMMANDS += ["sweeps.submit", "sweeps.bench", "sweeps.findings", "sweeps.compare", "sweeps.predict"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

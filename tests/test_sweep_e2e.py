@@ -216,7 +216,7 @@ def test_every_trial_logs_its_model_and_the_best_one_answers(sweep):
         assert_diagnostics_logged(client, child)
     line = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("ask its model:"))
     command = shlex.split(line.removeprefix("ask its model:"))
-    assert command[:4] == ["python", "-m", "arith.predict", command[3]]
+    assert command[:4] == ["python", "-m", "sweeps.predict", command[3]]
     assert command[3].startswith("runs:/")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     asked = subprocess.run(

@@ -146,7 +146,7 @@ def _best_lines(
     if saved.is_file():  # the trial's own config: task and format may be swept
         config = from_dict(yaml.safe_load(saved.read_text(encoding="utf-8")))
         example = build_format(config.format, config.task).example_prompt()
-    command = ["python", "-m", "arith.predict", f"runs:/{best['run_id']}"]
+    command = ["python", "-m", "sweeps.predict", f"runs:/{best['run_id']}"]
     command += ["--tracking-uri", uri, example]
     return "\n".join(
         [
