@@ -15,6 +15,7 @@ from pathlib import Path
 
 from arith import predict as arith_predict
 from arith.cli import HelpFormatter, fail, run_main
+from sweeps.analysis.store import default_tracking_uri, sqlite_file
 
 
 def download_model(source: str, tracking_uri: str | None, into: Path) -> Path:
@@ -22,10 +23,10 @@ def download_model(source: str, tracking_uri: str | None, into: Path) -> Path:
     import mlflow.artifacts  # here, not at the top: a local MODEL never needs MLflow
 
     run_id = source.removeprefix("runs:/").strip("/").split("/")[0]
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    uri = uri or f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        fail(f"--tracking-uri: no MLflow store at {uri.removeprefix('sqlite:///')}")
+    uri = tracking_uri or default_tracking_uri()
+    database = sqlite_file(uri)
+    if database is not None and not database.is_file():
+        fail(f"--tracking-uri: no MLflow store at {database}")
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
