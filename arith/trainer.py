@@ -201,11 +201,21 @@ def train_pack(
         # forward and backward: the members' batches stacked, member 0's rows first
         t0 = time.perf_counter()
         inputs, targets, mask, offset = _next_batch(members, device)
-        with autocast:
-            logits, _ = forward(inputs, abacus_offset=offset)
-        loss = _member_losses(logits, targets, mask, len(members))  # (M,)
         optimizer.zero_grad()
-        loss.sum().backward()  # the members share no parameter: each gets its own gradient
+        loss_sums = torch.zeros(len(members), device=device)
+        pack_tokens = 0
+        for rows, length in _length_buckets(mask, len(members), first.length_buckets):
+            row_offset = None if offset is None else offset[rows]
+            with autocast:
+                logits, _ = forward(inputs[rows, :length], abacus_offset=row_offset)
+            sums = _member_loss_sums(
+                logits, targets[rows, :length], mask[rows, :length], len(members)
+            )
+            loss_sums = loss_sums + sums.detach()
+            # the members share no parameter: each gets its own gradient
+            (sums / _member_token_counts(mask, len(members))).sum().backward()
+            pack_tokens += rows.numel() * length
+        loss = loss_sums / _member_token_counts(mask, len(members))  # (M,) mean per token
 
         # clip, step: only the members still training
         optimizer.clip_grad_norms(active)
@@ -214,8 +224,8 @@ def train_pack(
         loss_values, seconds = loss.tolist(), time.perf_counter() - t0
         rows = inputs.shape[0] // len(members)
         for i in active:
-            tokens = rows * inputs.shape[1]
-            members[i].record_step(loss_values[i], seconds, rows, tokens, inputs.numel())
+            tokens = pack_tokens // len(members)
+            members[i].record_step(loss_values[i], seconds, rows, tokens, pack_tokens)
         if progress is not None:  # every step: the bar shows the loss since the last evaluation
             m = members[active[0]]
             progress(step, m.max_steps, {"train/loss": m.running_loss / m.running_count})
@@ -225,12 +235,34 @@ def train_pack(
     return [summarise(m, counts) for m in members]
 
 
-def _member_losses(logits, targets, mask, n_members: int) -> torch.Tensor:
-    """Each member's mean cross-entropy over the tokens its loss mask keeps, (M,)."""
+def _member_loss_sums(logits, targets, mask, n_members: int) -> torch.Tensor:
+    """Each member's summed cross-entropy over the tokens its loss mask keeps, (M,)."""
     # (B*T, vocab) rows: the (B, vocab, T) layout takes a slower kernel and two copies
     losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
-    per_row = mask.view(n_members, -1)
-    return (losses.view(n_members, -1) * per_row).sum(1) / per_row.sum(1).clamp(min=1)
+    return (losses.view(n_members, -1) * mask.reshape(n_members, -1)).sum(1)
+
+
+def _member_token_counts(mask, n_members: int) -> torch.Tensor:
+    """The tokens each member's loss mask keeps, (M,), at least 1."""
+    return mask.reshape(n_members, -1).sum(1).clamp(min=1)
+
+
+def _length_buckets(mask, n_members: int, n_buckets: int):
+    """(rows, length) micro-batches of a packed batch: each member's rows sorted by where
+    their loss ends and cut into ``n_buckets`` groups, the members' groups stacked member by
+    member (so every bucket keeps the packed layout), cut to the longest loss in the bucket.
+    Positions after a row's last loss token cannot change its loss (causal attention)."""
+    ends = torch.where(mask.any(1), mask.shape[1] - mask.flip(1).int().argmax(1), 0)
+    if n_buckets == 1:
+        yield torch.arange(mask.shape[0], device=mask.device), int(ends.max())
+        return
+    per_member = ends.view(n_members, -1)
+    first_row = torch.arange(n_members, device=mask.device)[:, None] * per_member.shape[1]
+    order = per_member.argsort(dim=1) + first_row
+    for group in torch.tensor_split(order, n_buckets, dim=1):
+        if group.numel():
+            rows = group.flatten()
+            yield rows, int(ends[rows].max())
 
 
 def _build_pack(configs: list[RunConfig], device) -> tuple[list[MemberRun], model_lib.GPT]:

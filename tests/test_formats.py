@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 
@@ -68,6 +69,78 @@ def test_carry_trace_records_addition_carries():
     task = TaskConfig("addition", n_digits=3)
     (text,) = encode_text("carry_trace", task, [[999, 1]])
     assert text == "999+   1=+001001001100"  # 1000: every column carries into the next
+
+
+def test_division_trace_example():
+    task = TaskConfig("multi_op", n_digits=3)
+    f = fmt("carry_trace", task, division_trace=True)
+    problems = tasks.from_ints(task, [[865, 145]] * 2, ["//", "%"])
+    texts = [f.decode(r) for r in f.encode(problems).tokens]
+    # 865 - 145 succeeds 5 times (720, 575, 430, 285, 140), the 6th attempt borrows out of
+    # the hundreds: quotient 5, remainder 140 (every number ones digit first)
+    trace = ":568000,0002070,1517150,2003040,3518120,4004010,5519191,:041500,"
+    assert texts == [f"865//145={trace}+500000000000000000", f"865% 145={trace}+000400100000000000"]
+    # other operations write no trace
+    assert encode_text("carry_trace", task, [[123, 45]], ["+"]) == ["123+  45=+800600100000000000"]
+
+
+def read_division_trace(trace: str, a: int, b: int, k: int) -> tuple[int, int]:
+    """(quotient, remainder) of the last state line, after checking that every attempt is the
+    line above minus b at its place and every state line follows a failed attempt."""
+    lines = trace.rstrip(",").split(",")
+    number = lambda digits: int(digits[::-1])  # noqa: E731
+    assert lines[0] == ":" + str(a).zfill(k)[::-1] + "0" * k
+    place, above = k - len(str(b)), a
+    for previous, line in itertools.pairwise(lines):
+        assert len(line) == 2 * k + 1
+        if line[0] == ":":
+            assert previous[0] != ":" and previous[-1] == "1"  # after a failed attempt
+            assert number(line[1 : k + 1]) == above
+            place -= 1
+        else:
+            difference = above - b * 10**place
+            assert number(line[1::2]) == difference % 10**k
+            assert line[-1] == str(int(difference < 0))
+            if difference >= 0:
+                above = difference
+    assert place == -1  # every place was tried
+    return number(lines[-1][k + 1 :]), number(lines[-1][1 : k + 1])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_division_trace_computes_quotient_and_remainder(seed):
+    from arith.formats import division_trace
+
+    rng = np.random.default_rng(seed)
+    f = fmt("carry_trace", ARITH_TASKS["multi3"])
+    comma, colon = f.text_ids(",:")
+    a = [0, 999, 999, 5, 100, *rng.integers(0, 1000, 300)]
+    b = [1, 1, 999, 7, 10, *rng.integers(1, 1000, 300)]
+    for x, y in zip(a, b, strict=True):
+        ids = division_trace(int(x), int(y), 3, comma, colon)
+        trace = "".join(f.vocab[i] for i in ids)
+        assert read_division_trace(trace, int(x), int(y), 3) == (x // y, x % y), (x, y, trace)
+        # the answer budget max_seq_len reserves: 10 attempts per place, a state line each
+        assert len(ids) <= (10 * 3 + 3 + 1) * 8
+
+
+def test_sign_trace_writes_a_minus_b_with_its_borrows_before_the_answer():
+    task = TaskConfig("multi_op", n_digits=3)
+    f = fmt("carry_trace", task, sign_trace=True)
+    rows = [[165, 163], [163, 165], [794, 395], [123, 45]]
+    problems = tasks.from_ints(task, rows, ["-", "-", "-", "+"])
+    assert f.answer_text(problems) == [
+        "0200000,+200000000000000000",  # 2, no borrow: the sign is +
+        "0819191,-200000000000000000",  # 998 = -2 mod 1000, the hundreds borrow out: -
+        "0919130,+901901300000000000",
+        "+800600100000000000",  # + writes no trace
+    ]
+
+
+@pytest.mark.parametrize("key", ["division_trace", "sign_trace"])
+def test_traces_need_carry_trace(key):
+    with pytest.raises(ConfigError, match=rf"format\.{key}"):
+        FormatConfig("plain", **{key: True})
 
 
 def test_plain_spaced_reversed_base100_examples():

@@ -125,6 +125,31 @@ def test_a_member_that_stops_stops_alone():
 
 
 @pytest.mark.parametrize("n_members", [1, 3])
+def test_length_buckets_give_the_same_training_with_fewer_pad_tokens(n_members):
+    """Micro-batches of alike lengths (a division trace's answers run from 19 to 150 tokens
+    here) compute each member's loss and gradient as one padded batch does."""
+    division = ["task.name=multi_op", "format.name=carry_trace", "format.division_trace=true"]
+    one = [tiny(*division, *m) for m in MEMBERS[:n_members]]
+    bucketed = [tiny(*division, *m, "train.length_buckets=4") for m in MEMBERS[:n_members]]
+    _, one_reports = run_pack(one)
+    _, bucketed_reports = run_pack(bucketed)
+    for a, b in zip(bucketed_reports, one_reports, strict=True):
+        assert_same_curves(a, b)
+
+
+def test_length_buckets_cover_every_row_once_in_the_packed_layout():
+    from arith.trainer import _length_buckets
+
+    ends = torch.tensor([3, 9, 5, 2, 8, 8, 1, 4])  # two members of four rows
+    mask = torch.arange(10)[None, :] < ends[:, None]
+    buckets = list(_length_buckets(mask, n_members=2, n_buckets=2))
+    # each member's two shortest rows, then its two longest; member 0's rows first in each
+    got = [([set(rows[:2].tolist()), set(rows[2:].tolist())], length) for rows, length in buckets]
+    assert got == [([{0, 3}, {6, 7}], 4), ([{1, 2}, {4, 5}], 9)]
+    assert sum(len(rows) * length for rows, length in buckets) < mask.numel()
+
+
+@pytest.mark.parametrize("n_members", [1, 3])
 def test_a_member_reports_its_share_of_the_throughput_and_the_pack_its_whole(n_members):
     """Every step computes all members' rows (a stopped member's too): the pack's tokens/s is
     n_members times a member's share, and each MFU is its tokens/s x FLOPs per token / peak."""

@@ -251,6 +251,8 @@ def test_a_budgeted_run_trains_the_derived_steps():
         "train.min_steps=-1",
         "train.epochs=0",
         "train.train_eval_size=0",
+        "train.length_buckets=0",
+        "train.length_buckets=257",  # more micro-batches than rows (batch_size 256)
     ],
 )
 def test_out_of_range_train_keys_are_config_errors(override):
