@@ -214,7 +214,7 @@ def train_pack(
             loss_sums = loss_sums + sums.detach()
             # the members share no parameter: each gets its own gradient
             (sums / _member_token_counts(mask, len(members))).sum().backward()
-            pack_tokens += rows.numel() * length
+            pack_tokens += mask[rows].shape[0] * length
         loss = loss_sums / _member_token_counts(mask, len(members))  # (M,) mean per token
 
         # clip, step: only the members still training
@@ -253,8 +253,8 @@ def _length_buckets(mask, n_members: int, n_buckets: int):
     member (so every bucket keeps the packed layout), cut to the longest loss in the bucket.
     Positions after a row's last loss token cannot change its loss (causal attention)."""
     ends = torch.where(mask.any(1), mask.shape[1] - mask.flip(1).int().argmax(1), 0)
-    if n_buckets == 1:
-        yield torch.arange(mask.shape[0], device=mask.device), int(ends.max())
+    if n_buckets == 1:  # a slice: views of the batch, no copy
+        yield slice(None), int(ends.max())
         return
     per_member = ends.view(n_members, -1)
     first_row = torch.arange(n_members, device=mask.device)[:, None] * per_member.shape[1]
