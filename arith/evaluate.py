@@ -357,9 +357,7 @@ def _digits_from_ones(text: str, format_name: str) -> str:
     """The digits of an answer text, least significant first: ``"6 912"`` -> ``"2196"``;
     reversed ``"2196"`` -> ``"2196"``; carry_trace ``"+501302"`` -> ``"53"``."""
     text = "".join(text.split())
-    if format_name == "carry_trace":  # the answer follows a division trace's last comma
-        text = text.rsplit(",", 1)[-1]
+    if format_name == "carry_trace":  # the answer follows a division or sign trace's last comma
+        return text.rsplit(",", 1)[-1].lstrip("+-")[0::3]
     text = text.lstrip("+-")
-    if format_name == "carry_trace":
-        return text[0::3]
     return text if format_name == "reversed" else text[::-1]

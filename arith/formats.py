@@ -296,13 +296,14 @@ class Format:
         if self.config.sign_trace:
             writers["-"] = sign_trace
         traces: dict[int, tuple[int, ...]] = {}
+        comma, colon = self.text_ids(",:")
         for i, symbol in enumerate(op_symbols(self.task)):
             rows = np.flatnonzero(p.op == i)
             if symbol not in writers or not len(rows):
                 continue
             a, b = (_digits.to_values(p.operands[rows, j]) for j in (0, 1))
             for row, x, y in zip(rows, a, b, strict=True):
-                traces[int(row)] = writers[symbol](int(x), int(y), width, *self.text_ids(",:"))
+                traces[int(row)] = writers[symbol](int(x), int(y), width, comma, colon)
         lens = np.zeros(len(p), dtype=np.int64)
         tokens = np.zeros((len(p), max(map(len, traces.values()), default=0)), dtype=np.int64)
         for row, trace in traces.items():

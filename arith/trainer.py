@@ -203,6 +203,7 @@ def train_pack(
         inputs, targets, mask, offset = _next_batch(members, device)
         optimizer.zero_grad()
         loss_sums = torch.zeros(len(members), device=device)
+        token_counts = _member_token_counts(mask, len(members))
         pack_tokens = 0
         for rows, length in _length_buckets(mask, len(members), first.length_buckets):
             row_offset = None if offset is None else offset[rows]
@@ -213,9 +214,9 @@ def train_pack(
             )
             loss_sums = loss_sums + sums.detach()
             # the members share no parameter: each gets its own gradient
-            (sums / _member_token_counts(mask, len(members))).sum().backward()
+            (sums / token_counts).sum().backward()
             pack_tokens += mask[rows].shape[0] * length
-        loss = loss_sums / _member_token_counts(mask, len(members))  # (M,) mean per token
+        loss = loss_sums / token_counts  # (M,) mean per token
 
         # clip, step: only the members still training
         optimizer.clip_grad_norms(active)
@@ -252,10 +253,10 @@ def _length_buckets(mask, n_members: int, n_buckets: int):
     their loss ends and cut into ``n_buckets`` groups, the members' groups stacked member by
     member (so every bucket keeps the packed layout), cut to the longest loss in the bucket.
     Positions after a row's last loss token cannot change its loss (causal attention)."""
-    ends = torch.where(mask.any(1), mask.shape[1] - mask.flip(1).int().argmax(1), 0)
-    if n_buckets == 1:  # a slice: views of the batch, no copy
-        yield slice(None), int(ends.max())
+    if n_buckets == 1:  # the whole batch, as views: it is already padded to its longest row
+        yield slice(None), mask.shape[1]
         return
+    ends = torch.where(mask.any(1), mask.shape[1] - mask.flip(1).int().argmax(1), 0)
     per_member = ends.view(n_members, -1)
     first_row = torch.arange(n_members, device=mask.device)[:, None] * per_member.shape[1]
     order = per_member.argsort(dim=1) + first_row

@@ -120,11 +120,18 @@ def test_a_missing_digit_is_wrong_where_it_should_be():
     assert (acc["digit_accuracy/0"], acc["digit_accuracy/1"]) == (0.5, 1.0)
 
 
-@pytest.mark.parametrize("name", ["plain", "spaced", "reversed", "carry_trace", "base100"])
-def test_right_answers_score_every_digit_in_every_format(name):
+TRACES = {"division_trace": True, "sign_trace": True}
+
+
+@pytest.mark.parametrize(
+    ("name", "traces"),
+    [(n, {}) for n in ["plain", "spaced", "reversed", "carry_trace", "base100"]]
+    + [("carry_trace", TRACES)],  # the answer's digits after the traces written before it
+)
+def test_right_answers_score_every_digit_in_every_format(name, traces):
     task = TaskConfig(name="multi_op", n_digits=3)
     problems = from_ints(task, [[0, 999], [12, 34], [999, 999], [7, 3]], ["-", "+", "*", "//"])
-    fmt = build_format(FormatConfig(name=name), task)
+    fmt = build_format(FormatConfig(name=name, **traces), task)
     right = digit_accuracy(fmt.answer_text(problems), problems, fmt)
     assert right == {f"digit_accuracy/{i}": 1.0 for i in range(6)}  # 998001 has 6 digits
     wrong = digit_accuracy(fmt.answer_text(problems.take(np.array([1, 1]))), problems, fmt)
