@@ -12,7 +12,7 @@ Prints one markdown table per part, measured on whatever device is present:
   model sizes, in fp32 and under bf16 autocast (``train.precision``), each MFU against the peak
   of its own precision, every step after warm-up timed from the end of the last warm-up step
   to the end of the last step (tokens = batch x the format's longest sequence, as
-  ``step_cost`` counts them; FLOPs per token from :func:`arith.cost.flops_per_token`);
+  ``step_cost`` counts them; FLOPs per token from :func:`arith.training.cost.flops_per_token`);
 - **eval**: examples/s of batched greedy decoding (``predict_answers``) against one
   ``greedy_decode`` call per example, same model and problems.
 
@@ -34,14 +34,14 @@ import numpy as np
 import torch
 
 from arith import config as config_lib
-from arith.batches import BatchSource
 from arith.bench_report import render
 from arith.cli import HelpFormatter, run_main
-from arith.cost import step_cost
-from arith.data import build_dataset
-from arith.evaluate import greedy_decode, predict_answers
-from arith.hardware import pick_device
-from arith.trainer import build_model, train
+from arith.data.batches import BatchSource
+from arith.data.dataset import build_dataset
+from arith.evaluation.evaluate import greedy_decode, predict_answers
+from arith.training.cost import step_cost
+from arith.training.hardware import pick_device
+from arith.training.trainer import build_model, train
 
 # The ~1M-parameter reference: seed 000's 4 layers x 128 on 4-digit plain addition.
 ADDITION_K4 = ["task.name=addition", "task.n_digits=4", "task.operand_lengths=fixed"]

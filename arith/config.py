@@ -18,14 +18,15 @@ from typing import Any
 
 import yaml
 
-from arith import dataconf, length_grid
-from arith.data import DataConfig
+from arith import dataconf
+from arith.data import length_grid
+from arith.data.dataset import DataConfig
 from arith.errors import ConfigError, require
-from arith.formats import FormatConfig, check_abacus_table
-from arith.model import ModelConfig
-from arith.optim import OptimConfig
-from arith.tasks import TaskConfig
-from arith.trainconf import TrainConfig
+from arith.model.gpt import ModelConfig
+from arith.problems.tasks import TaskConfig
+from arith.text.formats import FormatConfig, check_abacus_table
+from arith.training.optim import OptimConfig
+from arith.training.trainconf import TrainConfig
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import torch
 
-from arith import checkpoint as ckpt
 from arith import config as config_lib
 from arith.cli import HelpFormatter, fail, run_main
-from arith.evaluate import greedy_decode
-from arith.formats import LETTERS, Format, build_format
-from arith.model import GPT
-from arith.tasks import from_ints, op_symbols
+from arith.evaluation.evaluate import greedy_decode
+from arith.model.gpt import GPT
+from arith.problems.tasks import from_ints, op_symbols
+from arith.text.formats import LETTERS, Format, build_format
+from arith.training import checkpoint as ckpt
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from arith import config as config_lib
 from arith.cli import HelpFormatter, run_main
-from arith.trainer import train
+from arith.training.trainer import train
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

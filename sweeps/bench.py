@@ -5,7 +5,7 @@
 
 Runs the same N tiny trials twice: through the orchestrator (an embedded Ray, Tune with actor
 reuse, MLflow on SQLite, checkpoints at every report, the tables and plots at the end) and back
-to back in this process, calling ``arith.trainer.train`` directly. Prints both wall times,
+to back in this process, calling ``arith.training.trainer.train`` directly. Prints both wall times,
 their ratio and the overhead per trial. Both sides train with one torch thread per trial, and
 the orchestrator runs one trial at a time unless ``--concurrent`` says otherwise, so the
 difference is the orchestration, not parallelism.
@@ -66,7 +66,7 @@ def run_plain(spec) -> list[float]:
     """Seconds of each trial, trained back to back in this process."""
     import torch
 
-    from arith.trainer import train
+    from arith.training.trainer import train
     from sweeps.spec.space import grid_points, resolve_run_config
 
     torch.set_num_threads(1)  # as in a Tune trial holding one CPU (Ray sets OMP_NUM_THREADS=1)

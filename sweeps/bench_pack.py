@@ -5,8 +5,9 @@ Two ways, both for each model size and pack size P, members sharing one data spl
 in ``train.seed`` (and, in-process, the learning rate):
 
 - in this process (default): the same P trials trained one after the other with
-  ``arith.trainer.train`` (each building its own data and model, as a trial in its own process
-  does) and together with ``arith.trainer.train_pack``; training only, without Ray and MLflow;
+  ``arith.training.trainer.train`` (each building its own data and model, as a trial in its
+  own process does) and together with ``arith.training.trainer.train_pack``; training only,
+  without Ray and MLflow;
 - ``--sweep``: the same N trials as a whole sweep through ``sweeps.run``'s driver (a local Ray,
   MLflow on SQLite, the tables), two at a time on one CPU each, with ``sweep.pack: 1`` and with
   ``sweep.pack: P``: what a researcher waits for, Ray's and MLflow's cost per trial included.
@@ -53,7 +54,8 @@ def run_orchestrated(
 
 
 # Model shapes (d_model, n_layer, n_head) on 3-digit addition, heads of at least 8 channels;
-# ``describe`` gives their parameter counts: 1.4K, 4.3K, 30K, 100K and 1M (arith.cost.n_params).
+# ``describe`` gives their parameter counts: 1.4K, 4.3K, 30K, 100K and 1M
+# (arith.training.cost.n_params).
 PACK_SIZES = {
     "1k": (8, 1, 1),
     "5k": (16, 1, 2),
@@ -95,8 +97,8 @@ def run_pack_bench(sizes: list[str], packs: list[int], steps: int, device: str) 
     """Rows of (size, n_params, pack, unpacked and packed trials per hour, their ratio)."""
     import torch
 
-    from arith.cost import describe
-    from arith.trainer import train, train_pack
+    from arith.training.cost import describe
+    from arith.training.trainer import train, train_pack
 
     if device == "cpu":
         torch.set_num_threads(1)  # one CPU per trial, as a Tune trial holds
@@ -172,7 +174,7 @@ def pack_sweep_spec(size: str, n_trials: int, pack: int, steps: int) -> dict:
 def run_pack_sweeps(sizes: list[str], packs: list[int], n_trials: int, steps: int) -> list:
     """Rows of (size, n_params, pack, seconds, trials per hour, ratio to pack 1) for whole
     sweeps of ``n_trials`` trials through the driver."""
-    from arith.cost import describe
+    from arith.training.cost import describe
     from sweeps.spec.space import grid_points, resolve_run_config
     from sweeps.spec.sweep_spec import parse_spec
 

@@ -201,7 +201,7 @@ def reference_trials(
     import pandas as pd
     import torch
 
-    from arith.trainer import train
+    from arith.training.trainer import train
     from sweeps.analysis.collect import with_convergence
     from sweeps.spec.space import grid_points, resolve_run_config
     from sweeps.spec.sweep_spec import load_spec

@@ -14,8 +14,8 @@ import pytest
 from arith import bench
 from arith import config as config_lib
 from arith.bench_report import markdown_table
-from arith.cost import step_cost
-from arith.hardware import gpu_peak_flops
+from arith.training.cost import step_cost
+from arith.training.hardware import gpu_peak_flops
 
 NUMBER = re.compile(r"^[\d,]+(\.\d+)?(e[+-]?\d+)?$")
 

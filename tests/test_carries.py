@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from arith import carries, tasks
 from arith import config as config_lib
-from arith.data import build_dataset, split_of
+from arith.data.dataset import build_dataset, split_of
 from arith.errors import ConfigError
-from arith.evaluate import _carry_breakdown, ended_early
-from arith.formats import FormatConfig, build_format
-from arith.trainer import reported_metrics, train
+from arith.evaluation.evaluate import _carry_breakdown, ended_early
+from arith.problems import carries, tasks
+from arith.text.formats import FormatConfig, build_format
+from arith.training.trainer import reported_metrics, train
 
 ADD = tasks.TaskConfig(name="addition", n_digits=6)
 MULTI = tasks.TaskConfig(name="multi_op", n_digits=4)
@@ -154,7 +154,7 @@ def test_answers_that_end_before_the_expected_one_are_counted():
 
 
 def brute_cascade(a: int, b: int, op: str) -> bool:
-    """The cascade rule with Python ints, one column at a time (arith.carries.cascades)."""
+    """The cascade rule with Python ints, one column at a time (arith.problems.carries.cascades)."""
     if op == "-":
         a, b = max(a, b), min(a, b)
     width = max(len(str(a)), len(str(b)))

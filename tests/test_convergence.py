@@ -10,7 +10,7 @@ import pytest
 from mlflow import MlflowClient
 from sweep_procs import FakeTrial
 
-from arith.cost import describe
+from arith.training.cost import describe
 from sweeps.analysis.collect import with_convergence
 from sweeps.analysis.convergence import (
     CONVERGENCE_TAG,

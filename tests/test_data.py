@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from arith import config as config_lib
-from arith import tasks
-from arith.batches import BatchSource
-from arith.data import DataConfig, build_dataset, split_of
+from arith.data.batches import BatchSource
+from arith.data.dataset import DataConfig, build_dataset, split_of
 from arith.errors import ConfigError
-from arith.formats import FormatConfig
-from arith.tasks import TaskConfig
-from arith.trainer import reported_metrics, train
+from arith.problems import tasks
+from arith.problems.tasks import TaskConfig
+from arith.text.formats import FormatConfig
+from arith.training.trainer import reported_metrics, train
 
 
 def _keys(problems) -> set[int]:

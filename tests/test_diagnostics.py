@@ -1,4 +1,5 @@
-"""arith.diagnostics on real data and real training: the data's overlaps and histograms, the
+"""arith.training.diagnostics on real data and real training: the data's overlaps and histograms,
+the
 embedding snapshots (one per evaluation, kept through a resume, one file per pack member), and
 the figures sweeps.analysis.plot_diagnostics draws from them."""
 
@@ -11,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from arith import carries, diagnostics
 from arith.config import from_dict
-from arith.data import DataConfig, build_dataset
-from arith.formats import FormatConfig
-from arith.tasks import TaskConfig
-from arith.trainer import build_model, train, train_pack
+from arith.data.dataset import DataConfig, build_dataset
+from arith.problems import carries
+from arith.problems.tasks import TaskConfig
+from arith.text.formats import FormatConfig
+from arith.training import diagnostics
+from arith.training.trainer import build_model, train, train_pack
 from sweeps.analysis.plot_diagnostics import write_diagnostics
 
 TINY = {

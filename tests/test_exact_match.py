@@ -9,12 +9,12 @@ import torch
 import torch.nn.functional as F
 
 from arith import config as config_lib
-from arith.batches import to_tensors
-from arith.data import build_dataset
-from arith.evaluate import digit_accuracy, evaluate_set, teacher_forced
-from arith.formats import FormatConfig, build_format
-from arith.tasks import TaskConfig, from_ints
-from arith.trainer import build_model
+from arith.data.batches import to_tensors
+from arith.data.dataset import build_dataset
+from arith.evaluation.evaluate import digit_accuracy, evaluate_set, teacher_forced
+from arith.problems.tasks import TaskConfig, from_ints
+from arith.text.formats import FormatConfig, build_format
+from arith.training.trainer import build_model
 
 TASK = TaskConfig(name="addition", n_digits=4, operand_lengths="fixed")
 PLAIN = build_format(FormatConfig(name="plain"), TASK)

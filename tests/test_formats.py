@@ -1,4 +1,4 @@
-"""Tests for arith.formats: seed literal examples, round trips, loss masks, config errors."""
+"""Tests for arith.text.formats: seed literal examples, round trips, loss masks, config errors."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import pytest
 import torch
 
 from arith import config as config_lib
-from arith import positions, tasks
 from arith.errors import ConfigError
-from arith.formats import Encoded, FormatConfig, build_format, longest_digit_run
-from arith.positions import abacus_index, digit_run_index
+from arith.model import positions
+from arith.model.positions import abacus_index, digit_run_index
 from arith.predict import encode_prompt_text, parse_prompt
-from arith.tasks import TaskConfig
-from arith.trainer import train
+from arith.problems import tasks
+from arith.problems.tasks import TaskConfig
+from arith.text.formats import Encoded, FormatConfig, build_format, longest_digit_run
+from arith.training.trainer import train
 
 ARITH_TASKS = {
     "add3": TaskConfig("addition", n_digits=3),
@@ -109,7 +110,7 @@ def read_division_trace(trace: str, a: int, b: int, k: int) -> tuple[int, int]:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_division_trace_computes_quotient_and_remainder(seed):
-    from arith.formats import division_trace
+    from arith.text.formats import division_trace
 
     rng = np.random.default_rng(seed)
     f = fmt("carry_trace", ARITH_TASKS["multi3"])

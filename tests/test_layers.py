@@ -10,7 +10,10 @@ ARITH = Path(__file__).resolve().parents[1] / "arith"
 
 
 def test_arith_imports_neither_ray_nor_mlflow():
-    modules = sorted(f"arith.{p.stem}" for p in ARITH.glob("*.py") if p.stem != "__main__")
+    modules = sorted(
+        ".".join(p.relative_to(ARITH.parent).with_suffix("").parts).removesuffix(".__init__")
+        for p in ARITH.rglob("*.py")
+    )
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"

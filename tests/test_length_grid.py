@@ -1,4 +1,4 @@
-"""The length grid (arith.length_grid): its problems, its ratio, its run and its heatmap."""
+"""The length grid (arith.data.length_grid): its problems, its ratio, its run and its heatmap."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 
 from arith import config as config_lib
-from arith import length_grid, tasks
-from arith.data import build_dataset
-from arith.length_grid import RATIO_KEY, SUCCESS_KEY, extrapolation_ratio
-from arith.trainer import reported_metrics, train
+from arith.data import length_grid
+from arith.data.dataset import build_dataset
+from arith.data.length_grid import RATIO_KEY, SUCCESS_KEY, extrapolation_ratio
+from arith.problems import tasks
+from arith.training.trainer import reported_metrics, train
 from sweeps.analysis.plots import plots_for
 
 ADDITION = tasks.TaskConfig(name="addition", n_digits=2)

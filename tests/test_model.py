@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arith.cost import flops_per_token, n_params
-from arith.kv_cache import KVCache
-from arith.members import member_dropout
-from arith.model import GPT, CausalSelfAttention, ModelConfig
-from arith.positions import abacus_index, clipped_differences, digit_run_index
+from arith.model.gpt import GPT, CausalSelfAttention, ModelConfig
+from arith.model.kv_cache import KVCache
+from arith.model.members import member_dropout
+from arith.model.positions import abacus_index, clipped_differences, digit_run_index
+from arith.training.cost import flops_per_token, n_params
 
 POSITIONS = ["learned", "rope", "abacus", "abacus_bias", "none"]
 
@@ -258,8 +258,8 @@ UNTIED = ["model.tie_embeddings=false", "model.bias=false"]
 def _built(overrides: list[str], seed: int) -> GPT:
     """The model a run of these overrides starts from, built as the trainer builds it."""
     from arith import config as config_lib
-    from arith.data import build_dataset
-    from arith.trainer import build_model
+    from arith.data.dataset import build_dataset
+    from arith.training.trainer import build_model
 
     config = config_lib.load(None, [*RUN, *overrides, f"train.seed={seed}"])
     torch.manual_seed(seed)
@@ -329,8 +329,8 @@ def test_what_a_run_evaluates_does_not_change_its_initial_weights(position, eval
 
 def test_a_run_that_only_evaluates_more_trains_the_same_model():
     from arith import config as config_lib
-    from arith.cost import describe
-    from arith.trainer import train
+    from arith.training.cost import describe
+    from arith.training.trainer import train
 
     base = [*RUN, "model.dropout=0.1", "train.max_steps=4", "train.eval_every=4"]
     base += ["data.val_size=16", "data.test_size=16", "train.train_eval_size=16"]

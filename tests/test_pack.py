@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from arith import checkpoint as ckpt
 from arith import config as config_lib
 from arith.errors import ConfigError
-from arith.model import GPT, ModelConfig
-from arith.optim import OptimConfig, PackedAdamW
-from arith.trainer import train, train_pack
+from arith.model.gpt import GPT, ModelConfig
+from arith.training import checkpoint as ckpt
+from arith.training.optim import OptimConfig, PackedAdamW
+from arith.training.trainer import train, train_pack
 
 TINY = [
     "task.n_digits=2",
@@ -89,7 +89,7 @@ def test_members_drop_out_at_their_own_rates():
 def test_members_of_one_data_seed_share_one_dataset(monkeypatch):
     """One build per data seed in a pack: members 0 and 2 (data.seed 1) share theirs, member 1
     (data.seed 0) gets its own split, and each still trains as it would alone."""
-    from arith import trainer
+    from arith.training import trainer
 
     built, build = [], trainer.build_dataset
 
@@ -138,7 +138,7 @@ def test_length_buckets_give_the_same_training_with_fewer_pad_tokens(n_members):
 
 
 def test_length_buckets_cover_every_row_once_in_the_packed_layout():
-    from arith.trainer import _length_buckets
+    from arith.training.trainer import _length_buckets
 
     ends = torch.tensor([3, 9, 5, 2, 8, 8, 1, 4])  # two members of four rows
     mask = torch.arange(10)[None, :] < ends[:, None]

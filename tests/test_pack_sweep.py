@@ -80,7 +80,7 @@ def test_packs_group_same_shape_trials_in_tune_order():
 
 
 def test_auto_packs_as_many_as_fit_and_keeps_concurrent_slots_busy(monkeypatch):
-    from arith.cost import describe
+    from arith.training.cost import describe
     from sweeps.spec import packing
     from sweeps.spec.space import resolve_run_config
 

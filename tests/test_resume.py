@@ -29,7 +29,7 @@ from sweep_procs import (
     wait_until,
 )
 
-from arith.checkpoint import FILE as CHECKPOINT_FILE
+from arith.training.checkpoint import FILE as CHECKPOINT_FILE
 from sweeps.analysis.collect import render_tables
 from sweeps.spec.sweep_spec import load_spec
 

@@ -212,7 +212,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, spec, args, expected):
 
 
 def test_dry_run_shows_each_trials_steps_from_a_flops_budget():
-    from arith.cost import planned_steps
+    from arith.training.cost import planned_steps
     from sweeps.runtime.dry_run import dry_run_text
     from sweeps.spec.space import resolve_run_config
 

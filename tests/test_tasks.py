@@ -1,4 +1,5 @@
-"""Tests for arith.tasks: exact answers, sampling distributions, enumeration, config errors."""
+"""Tests for arith.problems.tasks: exact answers, sampling distributions, enumeration, config
+errors."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import operator
 import numpy as np
 import pytest
 
-from arith import dataconf, tasks
+from arith import dataconf
 from arith.errors import ConfigError
-from arith.tasks import TaskConfig
+from arith.problems import tasks
+from arith.problems.tasks import TaskConfig
 
 PY_OPS = {
     "+": operator.add,

@@ -10,7 +10,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 from sweep_procs import FakeTrial
 
-from arith.cost import describe
+from arith.training.cost import describe
 from sweeps.spec.space import resolve_run_config
 from sweeps.tracking.tracker import MLflowTracker, training_metrics
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from arith import checkpoint as ckpt
 from arith import config as config_lib
-from arith.cost import describe, planned_steps, step_cost
-from arith.data import build_dataset
-from arith.formats import build_format
-from arith.trainconf import DEFAULT_MAX_STEPS
-from arith.trainer import reported_metrics, train
+from arith.data.dataset import build_dataset
+from arith.text.formats import build_format
+from arith.training import checkpoint as ckpt
+from arith.training.cost import describe, planned_steps, step_cost
+from arith.training.trainconf import DEFAULT_MAX_STEPS
+from arith.training.trainer import reported_metrics, train
 
 TINY = [
     "task.n_digits=2",

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arith import checkpoint as ckpt
 from arith import config as config_lib
-from arith.trainer import train_pack
+from arith.training import checkpoint as ckpt
+from arith.training.trainer import train_pack
 
 TINY = [
     "task.n_digits=2",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from arith.length_grid import RATIO_KEY, SUCCESS
+from arith.data.length_grid import RATIO_KEY, SUCCESS
 from sweeps.analysis.claims_reading import (
     NOT_MEASURED,
     Frames,
@@ -93,7 +93,7 @@ def abacus_length(frames: Frames) -> list[str]:
 def _across_seeds(trials: pd.DataFrame, arm: str) -> list[str]:
     """Per arm, the seeds that solve the reported longer lengths (>= 99 %: a mean over seeds
     hides a recipe that works for some seeds only, Zhou et al. 2024), and the length grid's
-    extrapolation ratio per seed where the trials measured one (arith.length_grid)."""
+    extrapolation ratio per seed where the trials measured one (arith.data.length_grid)."""
     if arm not in trials or not is_measured(trials, "longer/exact_match"):
         return []
     parts, ratios = [], []
@@ -155,7 +155,7 @@ def addition_k4(frames: Frames) -> list[str]:
         if chains:
             per = ", ".join(f"{c.rsplit('_', 1)[1]}: {pct(column(rows, c).mean())}" for c in chains)
             out.append(f"{name} answers on the carry set, by longest carry chain: {per}.")
-        if "cascade/exact_match" in rows:  # chain length alone hides these (arith.carries)
+        if "cascade/exact_match" in rows:  # chain length alone hides these (arith.problems.carries)
             cascade = column(rows, "cascade/exact_match").mean()
             out.append(
                 f"{name} answers on the cascade set (a carry from the ones digit through the "

@@ -29,7 +29,8 @@ class SweepBound:
 
 
 def trial_precision(trials: pd.DataFrame) -> pd.Series:
-    """Each trial's precision: ``auto`` trains in fp32 on a CPU (arith.hardware.autocast_for),
+    """Each trial's precision: ``auto`` trains in fp32 on a CPU
+    (arith.training.hardware.autocast_for),
     which is where this bound is taken."""
     precision = trials.get("train.precision", pd.Series("fp32", index=trials.index))
     return precision.fillna("fp32").replace({"auto": "fp32"})

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from arith.trainconf import TrainConfig
+from arith.training.trainconf import TrainConfig
 
 COMPREHENSION, GROKKING = "comprehension", "grokking"
 MEMORISATION, CONFUSION = "memorisation", "confusion"

@@ -1,6 +1,7 @@
 """A trial's diagnostics drawn: its data (answers, carry chains) and its embeddings' paths.
 
-``arith.diagnostics`` measures them as numbers; ``write_diagnostics`` (run on the driver, on a
+``arith.training.diagnostics`` measures them as numbers; ``write_diagnostics`` (run on the driver,
+on a
 trial's checkpoint) exports those numbers and draws these figures beside them:
 
 - ``diagnostics/answers.png``: the answer's value and length, training against each
@@ -21,14 +22,14 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from arith import diagnostics as arith_diagnostics
+from arith.training import diagnostics as arith_diagnostics
 from sweeps.analysis.plot_style import MARKERS
 
 MARGINS = {"left": 0.1, "right": 0.97, "bottom": 0.14, "top": 0.88}
 """Fixed margins: the driver draws these for every trial as it ends, and ``tight_layout``
 would double the time of each figure."""
 NO_CHAIN = "-1"
-"""``arith.diagnostics``'s carry-chain key of a problem whose operation has none."""
+"""``arith.training.diagnostics``'s carry-chain key of a problem whose operation has none."""
 
 
 def _shares(counts: list[int] | np.ndarray) -> np.ndarray:
@@ -119,7 +120,8 @@ def embeddings_figure(track: dict[str, Any]) -> Figure:
 
 
 def write_diagnostics(checkpoint_dir: Path, into: Path, member: int | None = None) -> list[Path]:
-    """The numbers of a trial's checkpoint (``arith.diagnostics.export``) and their figures,
+    """The numbers of a trial's checkpoint (``arith.training.diagnostics.export``) and their
+    figures,
     under ``into`` as the trial's run lays them out; the files (none without diagnostics)."""
     written = arith_diagnostics.export(checkpoint_dir, into, member)
     figures: dict[str, Figure] = {}

@@ -1,4 +1,4 @@
-"""The length grid as heatmaps (arith.length_grid): exact match over the digits of a (rows) and
+"""The length grid as heatmaps (arith.data.length_grid): exact match over the digits of a (rows) and
 of b (columns), one panel per configuration with the mean over its seeds, the trained length
 marked, each panel titled with its extrapolation ratio."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from arith.length_grid import RATIO_KEY
+from arith.data.length_grid import RATIO_KEY
 from sweeps.analysis.plot_style import short
 from sweeps.analysis.tables import config_axes, format_key
 

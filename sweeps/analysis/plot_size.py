@@ -203,7 +203,7 @@ def exact_match_by_op(trials: pd.DataFrame, split: str = "test") -> Figure:
     """Each operation's ``<split>/exact_match/<op>`` against parameters, a line per operation
     (mean over the trials of a size, a faint point per trial): the size ladder at which an
     operation emerges (seed 004's one model for + - * // %)."""
-    from arith.evaluate import OP_NAMES
+    from arith.evaluation.evaluate import OP_NAMES
 
     fig = Figure(figsize=(7.0, 4.8), layout="constrained")
     ax = fig.add_subplot()

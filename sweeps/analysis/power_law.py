@@ -26,8 +26,8 @@ from sweeps.spec.table_block import FitSpec
 
 MIN_DISTINCT_X = 4
 # The x a fit is usually made against (summary columns; any config path works too):
-# n_params (arith.cost.n_params), tokens (training tokens, steps x batch_size x sequence
-# length) and flops (training FLOPs, tokens x flops_per_token; arith.cost.step_cost).
+# n_params (arith.training.cost.n_params), tokens (training tokens, steps x batch_size x sequence
+# length) and flops (training FLOPs, tokens x flops_per_token; arith.training.cost.step_cost).
 # Table keys that x is computed from are coordinates of x, not groups of separate fits.
 X_SOURCES = {
     "n_params": ("model.", "n_params", "flops_per_token"),

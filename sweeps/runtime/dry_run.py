@@ -11,7 +11,7 @@ from sweeps.spec.sweep_spec import SweepSpec
 
 def dry_run_text(spec: SweepSpec) -> str:
     """The trials a sweep would run, with sizes and estimated training FLOPs (nothing starts)."""
-    from arith.cost import describe
+    from arith.training.cost import describe
     from sweeps.spec.space import n_trials, resolve_run_config, tune_ordered_points
 
     s = spec.sweep
@@ -50,7 +50,7 @@ def dry_run_text(spec: SweepSpec) -> str:
 
 def _pack_lines(spec: SweepSpec) -> list[str]:
     """The packs a packed sweep trains: which trials (by their ids' ends) share one process."""
-    from arith.cost import describe
+    from arith.training.cost import describe
     from sweeps.spec.packing import build_packs
     from sweeps.spec.space import resolve_run_config
 

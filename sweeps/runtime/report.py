@@ -137,7 +137,7 @@ def _best_lines(
     import yaml
 
     from arith.config import from_dict
-    from arith.formats import build_format
+    from arith.text.formats import build_format
 
     swept = " ".join(f"{k}={best[k]}" for k in axes if k in best)
     metric = spec.sweep.metric

@@ -1,4 +1,5 @@
-"""The function trainable: a trial's flat Tune config -> arith RunConfig -> ``arith.trainer.train``.
+"""The function trainable: a trial's flat Tune config -> arith RunConfig ->
+``arith.training.trainer.train``.
 
 Each evaluation is reported to Tune with the checkpoint train() wrote just before it, so a
 failed trial (or a resumed sweep) continues from its last report. After train() returns, one
@@ -53,7 +54,7 @@ def train_trial(
 
     from ray import tune
 
-    from arith.trainer import train
+    from arith.training.trainer import train
 
     run_config = resolve_run_config(base, config, derived)
     with tempfile.TemporaryDirectory(prefix="arith-trial-") as tmp:
@@ -100,7 +101,7 @@ def train_pack_trial(
 
     from ray import tune
 
-    from arith.trainer import train_pack
+    from arith.training.trainer import train_pack
 
     members = packs[config[PACK_KEY]]
     run_configs = [resolve_run_config(base, m.point, derived) for m in members]

@@ -108,7 +108,7 @@ def _tracker(
 ):
     """The MLflow tracker of the sweep, journaling writes beside the outputs; its figures on
     the parent run at ``figures_step`` (the --extend round)."""
-    from arith.cost import describe
+    from arith.training.cost import describe
     from sweeps.spec import space
     from sweeps.tracking.tracker import MLflowTracker
 

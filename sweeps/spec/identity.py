@@ -5,7 +5,7 @@ child run carries them as tags from its creation:
 
 - ``sweep.config_key``: sha256 of the resolved ``arith`` run config as canonical JSON (sorted
   keys, no spaces), so the key does not depend on how the spec spelled the point (a grid value,
-  a ``--set``, a derived value) but only on what ``arith.trainer.train`` receives.
+  a ``--set``, a derived value) but only on what ``arith.training.trainer.train`` receives.
 - ``sweep.code``: ``arith``'s version and a hash of its source files (``<version>+<12 hex>``):
   an edit to the trainer changes it, as would a release.
 """

@@ -1,9 +1,10 @@
 """Packed trials (``sweep.pack: N``): same-shape trials trained together in one Tune trial.
 
 The driver draws every trial's config itself, in the order (and with the random draws) of
-Tune's variant generator, groups configs that ``arith.packing.pack_key`` says may share one
+Tune's variant generator, groups configs that ``arith.training.packing.pack_key`` says may share one
 stacked model, and cuts each group into packs of at most N. Tune then runs one trial per pack
-(config ``{"pack": k}``); the trainable trains its members with ``arith.trainer.train_pack``.
+(config ``{"pack": k}``); the trainable trains its members with
+``arith.training.trainer.train_pack``.
 
 Each member keeps the trial id it would have had unpacked (``<experiment>_<index>``: its index
 among all trials, as the dry run numbers them), so MLflow, ``trials.csv`` and the tables read
@@ -54,7 +55,7 @@ def trial_points(spec) -> list[dict[str, Any]]:
 
 def build_packs(spec) -> list[list[Member]]:
     """The sweep's packs, in the order of their first member; members in trial order."""
-    from arith.packing import pack_key
+    from arith.training.packing import pack_key
     from sweeps.spec.space import resolve_run_config
 
     groups: dict[tuple, list[Member]] = {}
@@ -73,9 +74,9 @@ def build_packs(spec) -> list[list[Member]]:
 
 def auto_pack_size(spec, config, n_members: int) -> int:
     """``sweep.pack: auto`` for a group of ``n_members`` same-shape trials: as many as fit the
-    trial's memory (``arith.cost.training_bytes``), and no more than keeps every concurrent
+    trial's memory (``arith.training.cost.training_bytes``), and no more than keeps every concurrent
     slot busy when ``sweep.max_concurrent`` is set (one pack uses one slot)."""
-    from arith.cost import describe
+    from arith.training.cost import describe
 
     resources = spec.sweep.resources
     budget = AUTO_GPU_BYTES * resources.gpu if resources.gpu > 0 else AUTO_CPU_BYTES

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from arith.trainer import SUMMARY_KEYS
+from arith.training.trainer import SUMMARY_KEYS
 from sweeps.tracking.outbox import Record
 from sweeps.tracking.state import REAL, STAND_IN, SUMMARY_TAG, TrialState
 

@@ -322,7 +322,7 @@ class MLflowTracker(Callback):
         checkpoint = getattr(trial, "checkpoint", None)
         if self.model_dir is None or checkpoint is None:
             return
-        from arith.checkpoint import export_model
+        from arith.training.checkpoint import export_model
         from sweeps.analysis.plot_diagnostics import write_diagnostics
 
         folder = self.model_dir / trial_id

@@ -1,4 +1,5 @@
-"""Vectorised building blocks for token rows of varying length (private helpers of arith.formats).
+"""Vectorised building blocks for token rows of varying length (private helpers of
+arith.text.formats).
 
 A *segment* is ``(tokens (N, S) int64, lens (N,) int64)``: row i contributes its first ``lens[i]``
 tokens. A sequence is a list of segments laid end to end; :func:`assemble` computes each

@@ -13,7 +13,7 @@ from torch.optim.adamw import adamw
 from arith.errors import require
 
 ABACUS_BIAS = "abacus_bias.table"
-"""Name ending of the ``abacus_bias`` parameters (arith.positions.AbacusBias)."""
+"""Name ending of the ``abacus_bias`` parameters (arith.model.positions.AbacusBias)."""
 
 
 @dataclass(frozen=True)

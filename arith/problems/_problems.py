@@ -1,4 +1,4 @@
-"""The problem batch container (re-exported as ``arith.tasks.Problems``)."""
+"""The problem batch container (re-exported as ``arith.problems.tasks.Problems``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arith import _digits, _sampling
+from arith.problems import _digits, _sampling
 
 
 @dataclass

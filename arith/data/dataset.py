@@ -9,7 +9,7 @@ The extra sets (``edge``, ``longer``, ``longer_val``, ``ood``, ``carry``, ``casc
 ``length_grid``) are drawn apart from the splits, so each is filtered against training
 afterwards: a training problem is dropped, and ``Dataset.records`` keeps per set its size, what
 was dropped and its overlap with training measured again on what was kept (``data/<set>/...``
-metrics). The carry and cascade sets are built by construction (arith.carry_sets).
+metrics). The carry and cascade sets are built by construction (arith.data.carry_sets).
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arith import carry_sets, length_grid, tasks
-from arith._sampling import mix64
+from arith.data import carry_sets, length_grid
 from arith.errors import require
-from arith.formats import Format, FormatConfig, build_format
-from arith.tasks import Problems, TaskConfig
+from arith.problems import tasks
+from arith.problems._sampling import mix64
+from arith.problems.tasks import Problems, TaskConfig
+from arith.text.formats import Format, FormatConfig, build_format
 
 
 @dataclass(frozen=True)
@@ -57,17 +58,19 @@ class DataConfig:
     """Also evaluate on carry edge cases such as ``999999 + 1`` where the task has them."""
     carry_size: int = 0
     """Also evaluate on a ``carry`` set of full-width additions with this many problems for each
-    longest carry chain 0..n_digits (arith.carries), none of them a training problem; 0: off."""
+    longest carry chain 0..n_digits (arith.problems.carries), none of them a training problem; 0:
+    off."""
     length_grid_max: int = 0
     """Also measure exact match on a grid of operand lengths (la, lb) up to this many digits,
-    once at the end (arith.length_grid: ``lengths/`` metrics); 0: off."""
+    once at the end (arith.data.length_grid: ``lengths/`` metrics); 0: off."""
     length_grid_size: int = 8
     """Problems per cell of the length grid, none of them a training problem."""
     length_grid_step: int = 1
     """The grid's lengths: 1, every this-many-th length and ``length_grid_max``."""
     cascade_size: int | None = None
     """Also evaluate on a ``cascade`` set of this many full-width additions whose carry runs
-    from the ones digit through the top one (``1166 + 9834 = 11000``; arith.carries.cascades),
+    from the ones digit through the top one (``1166 + 9834 = 11000``;
+    arith.problems.carries.cascades),
     none of them a training problem; ``None``: as many as ``carry_size``, so a carry-aware
     evaluation has both; 0: off. Needs task.n_digits >= 2."""
     seed: int | None = None
@@ -154,13 +157,13 @@ STREAM_SETS = 1
 STREAM_SPLIT_SALT = 2
 """The salt of the hash that assigns a problem to a split."""
 STREAM_BATCHES = 3
-"""Training batches (arith.batches; seeded with ``train.seed``)."""
+"""Training batches (arith.data.batches; seeded with ``train.seed``)."""
 STREAM_TRAIN_SAMPLE = 4
-"""The training problems decoded for train exact match (arith.trainer; ``train.seed``)."""
+"""The training problems decoded for train exact match (arith.training.trainer; ``train.seed``)."""
 STREAM_LONGER_VAL = 5
 """The ``longer_val`` set, apart so that adding it changes no other set."""
 STREAM_LENGTH_GRID = 6
-"""The length grid (arith.length_grid), apart so that adding it changes no other set."""
+"""The length grid (arith.data.length_grid), apart so that adding it changes no other set."""
 STREAM_CASCADE = 7
 """The ``cascade`` set, apart so that adding it changes no other set."""
 
@@ -208,7 +211,7 @@ class Dataset:
     enumerated: bool = False
     """The training pool is a whole enumerated split (else training problems hash to split 0)."""
     length_grid: Problems | None = None
-    """The length grid's problems (arith.length_grid), measured apart from ``eval_sets``: its
+    """The length grid's problems (arith.data.length_grid), measured apart from ``eval_sets``: its
     metrics are per cell, not the breakdowns of a set."""
     records: dict[str, SetRecord] = field(default_factory=dict)
     """Per evaluation set: its size, what filtering dropped, its overlap with training."""
@@ -349,7 +352,9 @@ def _add_extra_sets(
         dataset.add_set("longer", tasks.sample(task, data.longer_size, rng, n_digits=(lo, hi)))
     if data.carry_size:
         dataset.add_set(
-            "carry", carry_sets.carry_set(dataset, data, rng), data.carry_size * (task.n_digits + 1)
+            "carry",
+            carry_sets.carry_set(dataset, data.carry_size, rng),
+            data.carry_size * (task.n_digits + 1),
         )
     edge = tasks.edge_cases(task) if data.edge_cases else None
     if edge is not None and len(edge):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from arith.data import STREAM_BATCHES, DataConfig, Dataset, sample_split
-from arith.formats import Encoded
-from arith.tasks import Problems
+from arith.data.dataset import STREAM_BATCHES, DataConfig, Dataset, sample_split
+from arith.problems.tasks import Problems
+from arith.text.formats import Encoded
 
 
 class BatchSource:

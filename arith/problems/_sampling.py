@@ -1,4 +1,4 @@
-"""Random operands as digit arrays, and row hashes (private helpers of arith.tasks).
+"""Random operands as digit arrays, and row hashes (private helpers of arith.problems.tasks).
 
 Everything is vectorised over the batch; the loops run over digit columns or rejection rounds.
 """
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from arith import _digits
+from arith.problems import _digits
 
 MAX_DIGITS = 200
 
@@ -65,7 +65,7 @@ def redraw_zeros(
 
 def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser: a bijection on uint64 that spreads every bit (wraps mod 2**64),
-    so hashed keys are uniform (problem keys here, their split in arith.data)."""
+    so hashed keys are uniform (problem keys here, their split in arith.data.dataset)."""
     with np.errstate(over="ignore"):
         x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 import yaml
 
-from arith.stopping import LoopState
+from arith.training.stopping import LoopState
 
 if TYPE_CHECKING:
-    from arith.batches import BatchSource
     from arith.config import RunConfig
-    from arith.optim import PackedAdamW
+    from arith.data.batches import BatchSource
+    from arith.training.optim import PackedAdamW
 
 FILE = "checkpoint.pt"
 MODEL_FILE = "model.pt"  # the final model alone: what predict loads and a sweep logs to MLflow

@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from arith.formats import FormatConfig, build_format
-from arith.trainconf import DEFAULT_MAX_STEPS
+from arith.text.formats import FormatConfig, build_format
+from arith.training.trainconf import DEFAULT_MAX_STEPS
 
 if TYPE_CHECKING:
     from arith.config import RunConfig
-    from arith.model import ModelConfig
+    from arith.model.gpt import ModelConfig
 
 
 def n_params(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> dict[str, int]:

@@ -3,15 +3,15 @@
 Read it as nanoGPT's model with two additions:
 
 - Packed trials: one module holds several same-shape models ("members", ``M``), every layer
-  from arith.members: each parameter and activation leads with the member dimension, and
+  from arith.model.members: each parameter and activation leads with the member dimension, and
   attention folds the members into the batch (HFTA, Wang et al. 2021). A single model is the
   pack of one member; with ``M = 1`` every shape below is the plain transformer's with a
   leading 1.
 - Position schemes (``model.position``): learned, rotary, Abacus and the Abacus bias, in
-  arith.positions.
+  arith.model.positions.
 
-No state is kept on the module between calls: the KV cache (arith.kv_cache) is passed in and
-returned. Parameter counts and FLOPs are in arith.cost.
+No state is kept on the module between calls: the KV cache (arith.model.kv_cache) is passed in and
+returned. Parameter counts and FLOPs are in arith.training.cost.
 
 Shapes: M members, b rows per member, B = M * b rows in all, T tokens, C = d_model channels,
 nh heads of hs = C / nh channels.
@@ -28,10 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from arith import positions
 from arith.errors import require
-from arith.kv_cache import KVCache
-from arith.members import MemberEmbedding, MemberLayerNorm, MemberLinear, member_dropout
+from arith.model import positions
+from arith.model.kv_cache import KVCache
+from arith.model.members import MemberEmbedding, MemberLayerNorm, MemberLinear, member_dropout
 
 
 @dataclass(frozen=True)
@@ -392,8 +392,8 @@ class GPT(nn.Module):
         return logits.view(B, T, self.vocab_size), cache
 
     def _positions(self, x: Tensor, idx: Tensor, cache: KVCache, abacus_offset: Tensor | None):
-        """The position signal of ``model.position`` (arith.positions): ``x`` (M, b, T, C) with
-        added position embeddings, the rotary tables, and the ``abacus_bias`` differences."""
+        """The position signal of ``model.position`` (arith.model.positions): ``x`` (M, b, T, C)
+        with added position embeddings, the rotary tables, and the ``abacus_bias`` differences."""
         B, T = idx.shape
         M, cfg = self.members, self.cfg
         t_past = cache.length

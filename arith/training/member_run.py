@@ -1,6 +1,6 @@
 """One member's run inside a pack: its data and batches, its evaluations on its own schedule,
 its stopping rules, its final measurement and its summary. The loop that trains the pack is
-arith.trainer's; this is what it keeps per member."""
+arith.training.trainer's; this is what it keeps per member."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from arith import checkpoint as ckpt
-from arith import length_grid
-from arith.batches import BatchSource
-from arith.data import Dataset
-from arith.diagnostics import RunDiagnostics, overlap_metrics
-from arith.evaluate import answer_ids, evaluate_set, exact_matches, generate_ids
-from arith.hardware import Throughput
-from arith.stopping import LoopState
-from arith.trainconf import TrainConfig
+from arith.data import length_grid
+from arith.data.batches import BatchSource
+from arith.data.dataset import Dataset
+from arith.evaluation.evaluate import answer_ids, evaluate_set, exact_matches, generate_ids
+from arith.training import checkpoint as ckpt
+from arith.training.diagnostics import RunDiagnostics, overlap_metrics
+from arith.training.hardware import Throughput
+from arith.training.stopping import LoopState
+from arith.training.trainconf import TrainConfig
 
 if TYPE_CHECKING:
     from arith.config import RunConfig
@@ -184,7 +184,7 @@ def _final_sets(model, dataset: Dataset, device) -> dict[str, float]:
 
 @torch.no_grad()
 def _length_grid(model, dataset: Dataset, device) -> dict[str, float]:
-    """The length grid's cells and extrapolation ratio (arith.length_grid), greedy decoding."""
+    """The length grid's cells and extrapolation ratio (arith.data.length_grid), greedy decoding."""
     was_training = model.training
     model.eval()
     fmt, problems = dataset.format, dataset.length_grid

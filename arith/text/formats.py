@@ -9,7 +9,7 @@ Five formats, each with one literal example (prompt -> answer):
 - ``base100`` (seed 002): 123 + 456 -> ``[1, 23, "+", 4, 56, "="]`` -> ``[5, 79]``
 
 Encoding is vectorised: every part of a row (operand digits, operator, ...) is a segment of
-tokens with per-row lengths, laid end to end by arith._segments.assemble. numpy only.
+tokens with per-row lengths, laid end to end by arith.text._segments.assemble. numpy only.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Literal
 
 import numpy as np
 
-from arith import _digits
-from arith import _segments as seg
 from arith.errors import require
-from arith.tasks import Problems, TaskConfig, max_answer_digits, op_symbols, operand_width
+from arith.problems import _digits
+from arith.problems.tasks import Problems, TaskConfig, max_answer_digits, op_symbols, operand_width
+from arith.text import _segments as seg
 
 # Character formats share one vocabulary; token id == digit value for "0".."9".
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -366,7 +366,7 @@ class Format:
         """One prompt in this format, as a user types it, with operands of the trained width
         (``"123 + 456 ="`` for plain 3-digit addition: a model trained on fixed-width operands
         has no answer for shorter ones)."""
-        from arith.tasks import from_ints
+        from arith.problems.tasks import from_ints
 
         k = max(1, self.task.n_digits)
         row = [int(("1234567890" * 20)[:k]), int(("4567890123" * 20)[:k])]

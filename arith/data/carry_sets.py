@@ -1,5 +1,6 @@
-"""The ``carry`` and ``cascade`` evaluation sets: built by construction (arith.carries), since
-random operands rarely hold long carry chains or cascades, and kept apart from training.
+"""The ``carry`` and ``cascade`` evaluation sets: built by construction
+(arith.problems.carries), since random operands rarely hold long carry chains or cascades, and
+kept apart from training.
 
 ``carry_set``: ``data.carry_size`` problems for each longest carry chain 0..k. ``cascade_set``:
 k-digit additions whose carry runs from the ones digit through the top one
@@ -10,19 +11,27 @@ k-digit additions whose carry runs from the ones digit through the top one
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from arith import carries, tasks
-from arith.tasks import Problems
-
-if TYPE_CHECKING:
-    from arith.data import DataConfig, Dataset
+from arith.problems import carries, tasks
+from arith.problems.tasks import Problems, TaskConfig
 
 
-def carry_set(dataset: Dataset, data: DataConfig, rng: np.random.Generator) -> Problems:
-    """``data.carry_size`` held-out additions per longest carry chain 0..k (arith.carries).
+class Dataset(Protocol):
+    """What these sets read of ``arith.data.dataset.Dataset`` (named here, not imported, so the
+    dataset, which builds them, and this module do not import each other)."""
+
+    task: TaskConfig
+
+    def is_training(self, problems: Problems) -> np.ndarray: ...
+
+    def note(self, message: str) -> None: ...
+
+
+def carry_set(dataset: Dataset, carry_size: int, rng: np.random.Generator) -> Problems:
+    """``carry_size`` held-out additions per longest carry chain 0..k (arith.problems.carries).
 
     A small space may not hold enough held-out problems of a chain (1-digit sums: 100
     problems in all): the set then comes back short, with a note.
@@ -32,20 +41,20 @@ def carry_set(dataset: Dataset, data: DataConfig, rng: np.random.Generator) -> P
         dataset,
         lambda n: tasks.from_operands(task, carries.stratified_operands(task.n_digits, n, rng)),
         lambda batch: carries.longest_chain(batch, ("+",)),
-        {c: data.carry_size for c in range(task.n_digits + 1)},
+        {c: carry_size for c in range(task.n_digits + 1)},
     )
     got = {c: len(problems) for c, problems in per_chain.items()}
-    short = {c: n for c, n in got.items() if n < data.carry_size}
+    short = {c: n for c, n in got.items() if n < carry_size}
     if short:
         dataset.note(
-            f"the carry set holds fewer than data.carry_size={data.carry_size} problems for "
+            f"the carry set holds fewer than data.carry_size={carry_size} problems for "
             f"carry chains {sorted(short)} ({short}): the other problems are training ones"
         )
     return Problems.concat(list(per_chain.values()))
 
 
 def cascade_set(dataset: Dataset, size: int, rng: np.random.Generator) -> Problems:
-    """``size`` held-out k-digit additions that cascade (arith.carries.cascade_operands);
+    """``size`` held-out k-digit additions that cascade (arith.problems.carries.cascade_operands);
     short, with a note, where training holds the others (2-digit sums have 2,385 cascades)."""
     task = dataset.task
     (problems,) = _held_out(

@@ -19,12 +19,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from arith import checkpoint as ckpt
-from arith import length_grid, tasks
-from arith import model as model_lib
-from arith.batches import BatchSource, pack_batch
-from arith.cost import n_params, planned_steps, step_cost
-from arith.data import (
+from arith.data import length_grid
+from arith.data.batches import BatchSource, pack_batch
+from arith.data.dataset import (
     DATA_METRICS,
     STREAM_TRAIN_SAMPLE,
     Dataset,
@@ -32,18 +29,22 @@ from arith.data import (
     dataset_key,
     sample_split,
 )
-from arith.diagnostics import SPLIT_PAIRS, RunDiagnostics
 from arith.errors import ConfigError
-from arith.evaluate import set_metric_names
-from arith.formats import longest_digit_run
-from arith.hardware import PERF_METRICS, Throughput, autocast_for, device_peak, pick_device
-from arith.member_run import MemberRun, evaluate_member, summarise
-from arith.optim import PackedAdamW
-from arith.packing import check_packable
+from arith.evaluation.evaluate import set_metric_names
+from arith.model import gpt as model_lib
+from arith.problems import tasks
+from arith.text.formats import longest_digit_run
+from arith.training import checkpoint as ckpt
+from arith.training.cost import n_params, planned_steps, step_cost
+from arith.training.diagnostics import SPLIT_PAIRS, RunDiagnostics
+from arith.training.hardware import PERF_METRICS, Throughput, autocast_for, device_peak, pick_device
+from arith.training.member_run import MemberRun, evaluate_member, summarise
+from arith.training.optim import PackedAdamW
+from arith.training.packing import check_packable
 
 if TYPE_CHECKING:
     from arith.config import RunConfig
-    from arith.trainconf import TrainConfig
+    from arith.training.trainconf import TrainConfig
 
 Report = Callable[[dict[str, Any]], None]
 PackReport = Callable[[int, dict[str, Any]], None]
@@ -73,8 +74,9 @@ apart from the global one that initialises the weights and draws dropout masks (
 def reported_metrics(config: RunConfig) -> set[str]:
     """Names of the metrics ``train`` reports or returns for this config (to validate sweeps).
 
-    Each evaluation set's names come from ``arith.evaluate.set_metric_names``, the rules the
-    evaluation itself follows; the sets are the ones ``arith.data.build_dataset`` adds.
+    Each evaluation set's names come from ``arith.evaluation.evaluate.set_metric_names``, the rules
+    the
+    evaluation itself follows; the sets are the ones ``arith.data.dataset.build_dataset`` adds.
     """
     names = {"step", "epoch", "lr", "train/loss", "train/exact_match", "train/token_accuracy"}
     names |= {"time/elapsed_s", *PERF_METRICS}

@@ -1,4 +1,5 @@
-"""Exact answers for batches of problems (used by arith.tasks; vectorised, no loop per row).
+"""Exact answers for batches of problems (used by arith.problems.tasks; vectorised, no loop per
+row).
 
 Each function returns ``(answer digits (N, R), negative (N,))`` or, for sorting, the order.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from arith import _digits
+from arith.problems import _digits
 
 
 def arithmetic(

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from arith.trainconf import TrainConfig
+from arith.training.trainconf import TrainConfig
 
 
 @dataclass

@@ -14,10 +14,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from arith import carries, tasks
-from arith.formats import Format
-from arith.model import GPT
-from arith.tasks import Problems
+from arith.model.gpt import GPT
+from arith.problems import carries, tasks
+from arith.problems.tasks import Problems
+from arith.text.formats import Format
 
 # MLflow metric names allow letters, digits, "_", "-", ".", " " and "/": operators get names.
 OP_NAMES = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "mod", "/": "div"}
@@ -255,7 +255,7 @@ def _length_key(length: int) -> str:
 
 
 CHAIN_KINDS = {"+": "carry", "-": "borrow"}
-"""The chain each operator's exact match is broken down by (arith.carries)."""
+"""The chain each operator's exact match is broken down by (arith.problems.carries)."""
 
 
 def _chain_symbols(task: tasks.TaskConfig) -> list[str]:
@@ -273,7 +273,7 @@ def _chain_key(task: tasks.TaskConfig, symbol: str, chain: int) -> str:
 
 def _cascade_key(task: tasks.TaskConfig, symbol: str) -> str:
     """Addition: ``exact_match/cascade``; multi_op: ``exact_match/add/cascade`` and
-    ``exact_match/sub/cascade`` (arith.carries.cascades)."""
+    ``exact_match/sub/cascade`` (arith.problems.carries.cascades)."""
     return f"exact_match/{_chain_op(task, symbol)}cascade"
 
 

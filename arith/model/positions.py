@@ -69,7 +69,8 @@ class AbacusBias(nn.Module):
     """``abacus_bias``: per member and head, a learned attention bias for each clipped digit
     index difference (``clipped_differences``), -reach..reach.
 
-    It learns at a multiple of the learning rate (``optim.abacus_bias_lr_mult``, arith.optim):
+    It learns at a multiple of the learning rate (``optim.abacus_bias_lr_mult``,
+    arith.training.optim):
     at the rate of the weights it takes thousands of steps to become sharp."""
 
     def __init__(

@@ -9,8 +9,8 @@ Five tasks, each with one literal example (operands -> answer):
 - ``modular``: 20 / 74 mod 97 -> c with 20 == 74 * c (mod 97)
 
 Problems are arrays, not strings (formats.py turns them into tokens), and the arithmetic runs on
-digit arrays (arith/_digits.py) so 200-digit operands stay exact. numpy only: data generation
-must not pull in torch.
+digit arrays (arith/problems/_digits.py) so 200-digit operands stay exact. numpy only: data
+generation must not pull in torch.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Literal
 
 import numpy as np
 
-from arith import _answers, _digits, _sampling
-from arith._problems import Problems
 from arith.errors import require
+from arith.problems import _answers, _digits, _sampling
+from arith.problems._problems import Problems
 
 ALL_OPS = ("+", "-", "*", "//", "%")
 MAX_DIGITS = _sampling.MAX_DIGITS

@@ -6,7 +6,7 @@ Two instruments, both cheap enough for every run:
   overlap with training (``Dataset.records``, measured where the set was filtered) and
   validation's with test (two splits, so 0 by construction), and per set (training first)
   histograms of the answer's length and value and of the longest carry chain
-  (``arith.carries``), each summing to the set's size. Seed 000 checks its data this way.
+  (``arith.problems.carries``), each summing to the set's size. Seed 000 checks its data this way.
 - ``RunDiagnostics.record``: at every evaluation, the token embedding table (vocab x d floats),
   kept in the run's checkpoint folder (``diagnostics.pt``), so a restored run keeps its
   earlier points. ``trajectories`` projects them all on one basis at the end (seed 001's
@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from arith import carries, tasks
-from arith.checkpoint import member_folder, save_atomic
-from arith.data import Dataset
-from arith.tasks import Problems
+from arith.data.dataset import Dataset
+from arith.problems import carries, tasks
+from arith.problems.tasks import Problems
+from arith.training.checkpoint import member_folder, save_atomic
 
 FILE = "diagnostics.pt"
 """In a run's (or pack member's) checkpoint folder: the data diagnostics and the snapshots."""

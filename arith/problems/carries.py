@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from arith import _digits
-from arith._problems import Problems
+from arith.problems import _digits
+from arith.problems._problems import Problems
 
 # Digit pairs (a, b) and what a column holding one does with a carry: "gen" emits one with no
 # carry in, "prop" passes an incoming carry on, "kill" absorbs it, "quiet" emits none.

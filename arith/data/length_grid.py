@@ -4,7 +4,8 @@ Length generalisation is read off accuracy per operand length (Zhou et al. 2024,
 Can Achieve Length Generalization But Not Robustly"; McLeish et al. 2024 draw the same grid as a
 heatmap up to 100 x 100 digits). The grid holds ``data.length_grid_size`` problems for every
 pair of lengths in ``grid_lengths`` (1..``data.length_grid_max``, every
-``data.length_grid_step``-th length), none of them a training problem (arith.data). Its metrics:
+``data.length_grid_step``-th length), none of them a training problem (arith.data.dataset). Its
+metrics:
 
 - ``lengths/exact_match/<la>x<lb>``: exact match of the cell, ``12x4`` a 12-digit a plus a
   4-digit b;
@@ -17,7 +18,7 @@ Beside the grid, ``longer/success`` is 1 where the reported longer set (``data.l
 scores >= 99 %, else 0: its mean over seeds is the share of seeds that generalise, which a mean
 exact match hides (Zhou et al. 2024: the same recipe succeeds for some seeds only).
 
-numpy only: the decoding is arith.evaluate's, called from arith.member_run.
+numpy only: the decoding is arith.evaluation.evaluate's, called from arith.training.member_run.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from arith import _digits, tasks
 from arith.errors import require
-from arith.tasks import Problems, TaskConfig
+from arith.problems import _digits, tasks
+from arith.problems.tasks import Problems, TaskConfig
 
 CELL_KEY = "lengths/exact_match/{}x{}"
 RATIO_KEY = "lengths/extrapolation_ratio"

@@ -1,4 +1,4 @@
-"""Which runs may train together as one packed model (arith.members)."""
+"""Which runs may train together as one packed model (arith.model.members)."""
 
 from __future__ import annotations
 
