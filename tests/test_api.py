@@ -1,4 +1,4 @@
-"""The README's "Compare sweeps" and "From a notebook" examples, run as written on two real smoke
+"""docs/api.md's "Compare sweeps" and "From a notebook" examples, run as written on two real smoke
 sweeps (a real Ray, a real SQLite MLflow in the project folder), then every call of
 ``sweeps.api`` checked against the files the sweeps wrote."""
 
@@ -17,13 +17,15 @@ import pytest
 from sweeps import api
 
 ROOT = Path(__file__).resolve().parents[1]
+# The page the examples are on (the README links it).
+API_PAGE = ROOT / "docs" / "api.md"
 
 pytestmark = pytest.mark.slow
 
 
-def readme_block(heading: str, language: str) -> str:
-    """The first ``language`` code block under ``heading`` in the README."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def doc_block(page: Path, heading: str, language: str) -> str:
+    """The first ``language`` code block under ``heading`` in the page ``page``."""
+    text = page.read_text(encoding="utf-8")
     section = text[text.index(f"\n{heading}\n") :]
     return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
 
@@ -34,18 +36,18 @@ def _run(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """A project folder where the README's commands ran in order: the longer sweep (bash),
+    """A project folder where the page's commands ran in order: the longer sweep (bash),
     the notebook block (which runs the smoke sweep through ``sweeps.run``), the comparison."""
     tmp = tmp_path_factory.mktemp("project")
     (tmp / "search_spaces").symlink_to(ROOT / "search_spaces")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("MLFLOW_TRACKING_URI", None)
-    long_sweep, compare_line = readme_block("## Compare sweeps", "bash").strip().splitlines()
+    long_sweep, compare_line = doc_block(API_PAGE, "## Compare sweeps", "bash").strip().splitlines()
     python = [sys.executable if w == "python" else w for w in shlex.split(long_sweep)]
     done = _run(python, tmp, env)
     assert done.returncode == 0, done.stderr[-2000:]
     # The notebook block in a fresh interpreter, keeping what its sweeps.run call returned.
-    block = readme_block("## From a notebook", "python")
+    block = doc_block(API_PAGE, "## From a notebook", "python")
     assert block.count("trials = sweeps.run_spec(") == 1
     block = block.replace("trials = sweeps.run_spec(", "ran = trials = sweeps.run_spec(")
     block += "\nran.to_csv('ran.csv', index=False)\n"
@@ -142,7 +144,7 @@ def test_plots_are_written_as_pngs(project, tmp_path):
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in with_curves)
     without = api.plots(trials, None, tmp_path / "without")
     assert "training_curves.png" not in {p.name for p in without}
-    assert (project["tmp"] / "figures" / "training_curves.png").is_file()  # the README's call
+    assert (project["tmp"] / "figures" / "training_curves.png").is_file()  # the page's call
 
 
 def test_run_refuses_a_bad_spec_before_anything_starts(project, tmp_path):

@@ -305,8 +305,8 @@ def test_templates_are_well_formed():
 
 
 def test_ray_job_submit_by_hand_runs_the_sweep(cluster, tmp_path):
-    """The README's manual path: Ray's own ``ray job submit --working-dir .`` with the sweep as
-    the entrypoint, no sweeps.submit involved."""
+    """docs/clusters.md's manual path: Ray's own ``ray job submit --working-dir .`` with the
+    sweep as the entrypoint, no sweeps.submit involved."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     entrypoint = [
         "python", "-m", "sweeps.run", "search_spaces/smoke.yaml", *SMALL, "--address", "auto",

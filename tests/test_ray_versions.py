@@ -1,6 +1,7 @@
-"""The Ray versions a sweep runs on: one declared range, stated alike in pyproject.toml, the
-README, CI and ``sweeps.cluster.tunefix``; a sweep outside it stops in one line before anything
-starts; and only ``sweeps.cluster.tunefix`` reaches into Ray's (or MLflow's) insides."""
+"""The Ray versions a sweep runs on: one declared range, stated alike in pyproject.toml,
+docs/clusters.md ("Ray versions"), CI and ``sweeps.cluster.tunefix``; a sweep outside it stops
+in one line before anything starts; and only ``sweeps.cluster.tunefix`` reaches into Ray's (or
+MLflow's) insides."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ GATE = ROOT / "sweeps" / "cluster" / "tunefix.py"
 def test_the_declared_range_is_stated_alike_everywhere():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert f"ray[default,tune]{tunefix.RAY_RANGE}" in project["dependencies"]
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert f"ray{tunefix.RAY_RANGE}" in readme.replace("`", "")
+    docs = (ROOT / "docs" / "clusters.md").read_text(encoding="utf-8")
+    assert f"ray{tunefix.RAY_RANGE}" in docs.replace("`", "")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     oldest, newest = tunefix.RAY_TESTED
     # The oldest end in its own environment; the newest is what the range resolves to today.
