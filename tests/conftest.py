@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from sweep_procs import free_port, start_mlflow_server, stop_mlflow_server
 
-# What depends most on Tune's behaviour: resume after kills, chaos, worker kills, the Tune
-# settings, the version gate, a sweep submitted to a head started the default way, and a trial
+# What depends most on Tune's behaviour: resume after kills and Ctrl-C, chaos, worker kills, the
+# Tune settings, the version gate, a sweep submitted to a head started the default way, and a trial
 # errored for good that a resume restarts.
 FAULT_MODULES = {
     "test_resume.py",
@@ -16,6 +16,7 @@ FAULT_MODULES = {
     "test_faults.py",
     "test_tunefix.py",
     "test_ray_versions.py",
+    "test_user_actions.py",
 }
 FAULT_TESTS = {
     "test_cluster.py::test_default_head_takes_the_token_file",

@@ -30,9 +30,10 @@ def start_sweep(
     spec: Path = SMOKE,
     log="run",
     flags: tuple[str, ...] = (),
+    new_session: bool = False,
 ) -> subprocess.Popen:
-    """The real command in its own session (so its Ray processes can be told apart);
-    ``flags``: more of its flags (``--extend``)."""
+    """The real command; ``flags``: more of its flags (``--extend``). ``new_session``: in a
+    session of its own, so that ``ctrl_c`` can signal its process group as a terminal does."""
     # Tune snapshots the experiment (trial list, result files) every 10 s or more; these
     # sweeps last seconds: snapshots ten times a second let the tests see a trial mid-run (its
     # result file is copied with them) and give each kill more snapshots to land between.
@@ -45,7 +46,14 @@ def start_sweep(
     args += flags
     out = open(tmp / f"{log}.out", "w")  # noqa: SIM115 -- the process outlives this call
     err = open(tmp / f"{log}.err", "w")  # noqa: SIM115
-    return subprocess.Popen(args, cwd=tmp, stdout=out, stderr=err, env=env)
+    return subprocess.Popen(
+        args, cwd=tmp, stdout=out, stderr=err, env=env, start_new_session=new_session
+    )
+
+
+def ctrl_c(proc: subprocess.Popen) -> None:
+    """Ctrl-C at a terminal: SIGINT to the foreground process group (``new_session``)."""
+    os.killpg(proc.pid, signal.SIGINT)
 
 
 def result_lines(experiment_dir: Path) -> dict[str, list[dict]]:

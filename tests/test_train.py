@@ -259,3 +259,25 @@ def test_out_of_range_train_keys_are_config_errors(override):
     key = override.split("=")[0]
     with pytest.raises(config_lib.ConfigError, match=key.replace(".", r"\.")):
         config_lib.load(None, [override])
+
+
+def test_under_early_stopping_every_final_figure_comes_from_the_kept_weights(tmp_path):
+    """val/ at the end is measured on the weights the run keeps (and tests), not on the last
+    ones: a sweep that ranks trials on val/ ranks the models it reports. lr 3e-2 overshoots,
+    so val/loss rises after its best and the monitor keeps an earlier model."""
+    config = tiny(
+        "train.max_steps=60",
+        "train.eval_every=5",
+        "train.monitor=val/loss",
+        "train.patience=2",
+        "optim.lr=3e-2",
+    )
+    reports = []
+    summary = train(config, reports.append, checkpoint_dir=tmp_path)
+    assert summary["final_weights"] == "best"
+    at = {r["step"]: r for r in reports if "val/loss" in r}
+    best_step, last_step = summary["final_weights_step"], summary["steps"]
+    assert best_step < last_step
+    assert summary["val/loss"] == pytest.approx(at[best_step]["val/loss"], rel=1e-5)
+    assert summary["val/loss"] == summary["best/val/loss"]
+    assert reports[-1]["val/loss"] == summary["val/loss"]  # what a sweep's last report carries

@@ -110,15 +110,21 @@ def evaluate_member(
 
 def finish_member(m: MemberRun, model, step: int, device, model_dir: Path | None) -> None:
     """Measure the final sets on the member's chosen weights (the monitor's best with early
-    stopping, else the last) into ``m.metrics``, and save that model to ``model_dir``."""
+    stopping, else the last) into ``m.metrics``, and save that model to ``model_dir``.
+
+    Where the chosen weights are not the last, ``train/`` and ``val/`` are measured again on
+    them, so that everything the run reports at its end, and a sweep ranks it on, comes from
+    the one model it keeps."""
     state = m.state
     last_weights = None
+    m.metrics = {}
     if state.best_weights is not None and state.best_step != step:
         last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
         model.load_state_dict(state.best_weights)  # test what the monitor chose
+        m.metrics.update(_evaluate(model, m.dataset, device, m.train_sample, final=True))
     state.final_weights = "best" if state.best_weights is not None else "last"
     weights_step = state.best_step if state.best_weights is not None else step
-    m.metrics = _final_sets(model, m.dataset, device)
+    m.metrics.update(_final_sets(model, m.dataset, device))
     m.metrics.update(m.dataset.data_metrics())  # sizes and training overlap of each set
     m.metrics.update(overlap_metrics(m.diagnostics.data))  # and the splits' with each other
     m.metrics.update(final_weights_step=weights_step, done=1)

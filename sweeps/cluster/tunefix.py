@@ -24,7 +24,7 @@ counterpart, and they live here:
 
 Tune changes such details between minor releases, so a sweep starts only on a Ray inside
 ``RAY_RANGE`` (both ends are tested in CI, each in its own virtual environment; pyproject.toml
-and the README state the same range): ``require_supported_ray`` is one line otherwise.
+and docs/clusters.md state the same range): ``require_supported_ray`` is one line otherwise.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 
 from sweeps.analysis.store import write_atomic
 
-# The Ray versions this project supports: pyproject.toml and the README say the same
+# The Ray versions this project supports: pyproject.toml and docs/clusters.md say the same
 # (tests/test_ray_versions.py checks), and CI runs the fault tests on both ends.
 RAY_RANGE = ">=2.50,<2.61"
 RAY_TESTED = ("2.50", "2.60")
@@ -78,7 +78,7 @@ def unsupported_ray(version: str | None = None) -> str | None:
         return (
             f"ray {version} is installed, but arith-sweeps supports ray{RAY_RANGE} (tested: "
             f"{' and '.join(RAY_TESTED)}); install one with pip install "
-            f"'ray[default,tune]{RAY_RANGE}' (on a cluster: see the README, Ray versions)"
+            f"'ray[default,tune]{RAY_RANGE}' (on a cluster: see docs/clusters.md, Ray versions)"
         )
     for module, owner, attribute in _NEEDED:
         try:

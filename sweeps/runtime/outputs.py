@@ -5,11 +5,13 @@ printed (``sweeps.runtime.report``)."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from sweeps.runtime.interrupt import CtrlC
 from sweeps.runtime.report import best_trial, held_out_figures, print_summary
 from sweeps.spec.sweep_spec import SweepSpec
 from sweeps.tracking.outbox import one_line
@@ -18,61 +20,121 @@ from sweeps.tracking.outbox import one_line
 def finish(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, float]) -> int:
     """Run the Tuner to its end (None: an --extend with nothing to train), then write and log
     the outputs; returns the exit code (1 when MLflow stayed unreachable or every trial
-    errored). ``timings`` receives tune and outputs."""
-    from sweeps.analysis import collect
-    from sweeps.analysis.table_fits import fit_metrics, table_fits
-
+    errored; 130 when Ctrl-C stopped the sweep, which ``--resume`` then finishes).
+    ``timings`` receives tune and outputs."""
     start = time.perf_counter()
-    parent_id, tracking_uri = tracker.parent_run_id, tracker.tracking_uri
     status = "FAILED"
+    ctrl_c = CtrlC()
     try:
-        results = tuner.fit() if tuner is not None else []
-        timings["tune"] = time.perf_counter() - start
-        if not tracker.outbox.drain(tracker.drain_timeout_s):
-            print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
-            return 1
-        # The tables come from MLflow alone, as `python -m sweeps.table` rebuilds them.
-        trials, curves = collect.trials_from_mlflow(tracking_uri, spec.name, parent_id)
-        trials = collect.with_convergence(trials, curves, spec.sweep.metric)
-        axes = collect.swept_paths(spec.raw)
-        best = best_trial(trials, spec.sweep.metric, spec.sweep.mode)
-        paths = collect.write_outputs(
-            trials, curves, spec.tables, out_dir, metric=spec.sweep.metric, axes=axes
-        )
-        # Through the outbox like every write: a store hiccup here waits (and, past the wait,
-        # stays in the journal for --resume) instead of ending the sweep in a traceback.
-        tracker.log_outputs(paths)
-        fits = fit_metrics(table_fits(trials, spec.tables)) if len(trials) else {}
-        tracker.log_parent_figures(fits, what="the tables' fits")
-        try:
-            ui = _log_key_figures(spec, tracker, trials, axes, best)
-        except Exception as err:  # the figures are a view; the sweep's results are safe
-            print(f"warning: sweep figures not logged: {one_line(err)}", file=sys.stderr)
-            ui = None
-        if not tracker.outbox.drain(tracker.drain_timeout_s):
-            print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
-            return 1
-        status = "FINISHED"
+        with ctrl_c:
+            ctrl_c.tuning = True
+            results = tuner.fit() if tuner is not None else []
+            ctrl_c.tuning = False
+            timings["tune"] = time.perf_counter() - start
+            if ctrl_c.pressed:  # Tune stopped gracefully and returned as if it had ended
+                raise KeyboardInterrupt
+            written = _write_outputs(spec, tracker, out_dir)
+            if written is None:
+                return 1
+            status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
-        raise
+        return _stopped(spec, tracker, out_dir, time.perf_counter() - start + timings["startup"])
     finally:
         tracker.finish_parent(status)
     timings["outputs"] = time.perf_counter() - start - timings["tune"]
     errors = sum(1 for r in results if r.error is not None)
     seconds = time.perf_counter() - start + timings["startup"]
-    print_summary(
-        spec,
-        tracker,
-        out_dir,
-        trials=trials,
-        axes=axes,
-        best=best,
-        ui=ui,
-        seconds=seconds,
-        errors=errors,
-    )
+    print_summary(spec, tracker, out_dir, **written, seconds=seconds, errors=errors)
     return 1 if errors and errors == len(results) else 0
+
+
+def _write_outputs(spec: SweepSpec, tracker, out_dir: Path) -> dict[str, Any] | None:
+    """The tables, plots, fits and figures of a sweep that ran to its end, written and logged;
+    what the summary prints from them, or None (the error printed) when MLflow stayed
+    unreachable."""
+    from sweeps.analysis import collect
+    from sweeps.analysis.table_fits import fit_metrics, table_fits
+
+    if not tracker.outbox.drain(tracker.drain_timeout_s):
+        print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
+        return None
+    trials, curves, axes = _read_back(spec, tracker)
+    best = best_trial(trials, spec.sweep.metric, spec.sweep.mode)
+    paths = collect.write_outputs(
+        trials, curves, spec.tables, out_dir, metric=spec.sweep.metric, axes=axes
+    )
+    # Through the outbox like every write: a store hiccup here waits (and, past the wait,
+    # stays in the journal for --resume) instead of ending the sweep in a traceback.
+    tracker.log_outputs(paths)
+    fits = fit_metrics(table_fits(trials, spec.tables)) if len(trials) else {}
+    tracker.log_parent_figures(fits, what="the tables' fits")
+    try:
+        ui = _log_key_figures(spec, tracker, trials, axes, best)
+    except Exception as err:  # the figures are a view; the sweep's results are safe
+        print(f"warning: sweep figures not logged: {one_line(err)}", file=sys.stderr)
+        ui = None
+    if not tracker.outbox.drain(tracker.drain_timeout_s):
+        print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
+        return None
+    return {"trials": trials, "axes": axes, "best": best, "ui": ui}
+
+
+def _read_back(spec: SweepSpec, tracker):
+    """(trials, curves, swept axes) from MLflow alone, as ``python -m sweeps.table`` reads
+    them."""
+    from sweeps.analysis import collect
+
+    trials, curves = collect.trials_from_mlflow(
+        tracker.tracking_uri, spec.name, tracker.parent_run_id
+    )
+    trials = collect.with_convergence(trials, curves, spec.sweep.metric)
+    return trials, curves, collect.swept_paths(spec.raw)
+
+
+def _stopped(spec: SweepSpec, tracker, out_dir: Path, seconds: float) -> int:
+    """Ctrl-C: the runs of trials still running end KILLED (the parent too, by the caller),
+    the tables of the trials that finished are written marked partial, and the command that
+    finishes the sweep is printed; exit code 130."""
+    from sweeps.analysis import collect
+    from sweeps.spec import space
+
+    tracker.end_unfinished()
+    delivered = tracker.outbox.drain(tracker.drain_timeout_s)
+    finished = 0
+    if delivered:
+        trials, curves, axes = _read_back(spec, tracker)
+        done = trials[~trials["status"].isin(UNFINISHED)] if "status" in trials else trials
+        finished = len(done)
+        collect.write_outputs(
+            done, curves, spec.tables, out_dir, metric=spec.sweep.metric, axes=axes
+        )
+        table = out_dir / "table.md"
+        note = partial_note(finished, space.n_trials(spec))
+        table.write_text(f"{note}\n\n{table.read_text(encoding='utf-8')}", encoding="utf-8")
+    else:
+        print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
+    command = ["python", "-m", "sweeps.run", str(out_dir / "spec.yaml"), "--out"]
+    command += [str(out_dir.parent), "--tracking-uri", tracker.tracking_uri, "--resume"]
+    print(
+        f"sweep {spec.name}: stopped after {seconds:.0f} s (Ctrl-C) with {finished} of "
+        f"{space.n_trials(spec)} trials finished; nothing is lost. Finish it with:\n"
+        f"  {shlex.join(command)}",
+        file=sys.stderr,
+    )
+    return 130
+
+
+# A child run's sweep.status while its trial has not ended.
+UNFINISHED = ("RUNNING", "KILLED")
+
+
+def partial_note(finished: int, total: int) -> str:
+    """The first line of a stopped sweep's table.md."""
+    return (
+        f"**Partial: the sweep was stopped with {finished} of {total} trials finished; these "
+        "tables hold those only. `--resume` finishes it.**"
+    )
 
 
 def _log_key_figures(

@@ -48,6 +48,7 @@ def check_before_ray(
     if earlier and not overwrite:
         raise resuming.refuse_earlier(spec, earlier, out_dir, tracking_uri)
     if earlier:
+        resuming.check_removable(spec, out_dir)
         resuming.remove_earlier(spec, out_dir, storage)
     return None
 

@@ -15,6 +15,8 @@ from typing import Any, TextIO
 
 from ray.tune import Callback
 
+from sweeps.runtime import interrupt
+
 
 def format_elapsed(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
@@ -106,6 +108,9 @@ class ProgressLine(Callback):
         self._last_line, self._last_print = line, now
 
     def on_experiment_end(self, trials: list, **info) -> None:
+        if interrupt.stopping():  # Tune has marked the trials it stopped TERMINATED
+            self._write("\n" if self._tty else "")
+            return
         line = self.line(trials)
         self._write(("\r\033[K" if self._tty else "") + line + "\n")
 

@@ -89,7 +89,7 @@ def start_parent(tracker, spec: SweepSpec, out_dir: Path) -> str:
         tracker.journal.unlink(missing_ok=True)
     parent_id = tracker.start_parent(spec.to_yaml())
     (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
-    state = {"parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
+    state = {"sweep": spec.name, "parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
     write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
     return parent_id
 
@@ -295,9 +295,29 @@ def refuse_earlier(spec: SweepSpec, where: str, out_dir: Path, tracking_uri: str
     return SweepError(f"sweep {spec.name!r} already ran in {where}{status}; {advice}")
 
 
+def check_removable(spec: SweepSpec, out_dir: Path) -> None:
+    """Raise SweepError unless --overwrite may delete ``out_dir``: it does not exist, or this
+    project wrote it for this sweep (its ``sweep.json`` names the sweep; one written before
+    sweep.json held the name: its ``spec.yaml`` does)."""
+    if not out_dir.exists():
+        return
+    named = read_state(out_dir).get("sweep")
+    if named is None and (out_dir / "spec.yaml").is_file():
+        try:
+            saved = yaml.safe_load((out_dir / "spec.yaml").read_text(encoding="utf-8"))
+            named = saved["sweep"]["name"]
+        except (OSError, yaml.YAMLError, KeyError, TypeError):
+            named = None
+    if named != spec.name:
+        raise SweepError(
+            f"--overwrite: {out_dir} is not a folder of sweep {spec.name!r} (no {STATE_FILE} "
+            "naming it), so nothing was deleted; remove it yourself or pass another --out"
+        )
+
+
 def remove_earlier(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> None:
     """--overwrite: delete an earlier run's output folder and Tune experiment folders (the
-    sweep's, and one per --extend round)."""
+    sweep's, and one per --extend round); ``check_removable`` said the folder is the sweep's."""
     import shutil
 
     rounds = int(read_state(out_dir).get("extend_round", 0))

@@ -5,7 +5,7 @@ does):
 - A fresh actor per trial (``REUSE_ACTORS``): Tune retries a failed trial only while it is
   RUNNING, and a trial waiting for a reused actor's reset is PENDING, so a worker lost in a
   reset ended its trial in ERROR for good (a chaos run lost one of eight). The cost is a worker's
-  start per trial (the README gives ``python -m sweeps.bench``'s figures).
+  start per trial (docs/resume.md gives ``python -m sweeps.bench``'s figures).
 - Grid and random search make every trial up front: Tune's variant generator gets no
   ``max_concurrent``. With one it makes trials as others finish, and saves itself apart from the
   trial list; a driver killed between the two saves left a generator that lost a trial or, on
@@ -77,7 +77,7 @@ def checkpoints_to_keep(checkpoint_every_s: float) -> int | None:
     the trial failed on --resume. Kept here: enough that a checkpoint goes only
     KEEP_CHECKPOINTS_S after it was the newest, by when Tune has snapshot a newer one; all of
     them (None) when trials checkpoint at every evaluation (``checkpoint_every_s: 0``, short
-    runs such as the tests'). The README gives the disk this takes."""
+    runs such as the tests'). docs/resume.md gives the disk this takes."""
     if checkpoint_every_s <= 0:
         return None
     return max(2, math.ceil(KEEP_CHECKPOINTS_S / checkpoint_every_s))

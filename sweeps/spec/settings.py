@@ -13,7 +13,8 @@ from typing import Literal
 
 from arith.errors import ConfigError, require
 
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+MAX_NAME = 100
+_NAME = re.compile(rf"^[A-Za-z0-9_.-]{{1,{MAX_NAME}}}$")
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,12 @@ class SweepSettings:
 def check_settings(s: SweepSettings) -> None:
     """Every value of the ``sweep:`` block in range, and the ones that go together agreeing;
     raises ConfigError naming the first bad one."""
+    # The name is a folder under --out that --overwrite deletes: one path component, never
+    # "." or "..", which would name --out itself or the folder above it.
     require(
-        bool(_NAME.match(s.name)), "sweep.name", f"expected [A-Za-z0-9_.-]+, but got {s.name!r}"
+        bool(_NAME.match(s.name)) and s.name not in (".", ".."),
+        "sweep.name",
+        f"expected 1 to {MAX_NAME} letters, digits or ._- (not . or ..), but got {s.name!r}",
     )
     _check_selection_metric(s)
     require(s.num_samples >= 1, "sweep.num_samples", f"must be >= 1, but got {s.num_samples}")

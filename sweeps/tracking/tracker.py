@@ -285,6 +285,13 @@ class MLflowTracker(Callback):
     def on_experiment_end(self, trials: list, **info) -> None:
         self.outbox.flush()
 
+    def end_unfinished(self) -> None:
+        """End KILLED the runs of trials that started and have not ended (a sweep stopped by
+        Ctrl-C); ``--resume`` sets them running again and carries them on."""
+        for trial_id, state in self.trials.items():
+            if state.status == "RUNNING":
+                self._end_child(state, "KILLED", "KILLED", trial_id)
+
     # ---- records, carried out (now or after an outage) by the writer ----
     def _send(self, record: Record, journaled: bool = False) -> None:
         self.outbox.send(record, journaled)

@@ -3,7 +3,7 @@
 # then `python -m sweeps.run --address` on the head, then Ray stopped on every node.
 #   sbatch sweeps/cluster/deploy/slurm-sweep.sh search_spaces/width_vs_depth.yaml --set ...
 # Ready to edit: the #SBATCH lines, the environment activation, STORAGE and TRACKING_URI.
-# Requirements (see the README, "Clusters"): the project and its virtual environment on a
+# Requirements (see docs/clusters.md): the project and its virtual environment on a
 # filesystem every node mounts (the job runs from the submit directory), STORAGE on a shared
 # filesystem (or a cloud URI), and a tracking store the first node reaches (the driver runs there).
 #SBATCH --job-name=arith-sweep

@@ -1,0 +1,103 @@
+"""What users do at a terminal, on the real command: Ctrl-C once or twice and ``--resume``, odd
+sweep names, ``--overwrite`` of a folder that is not the sweep's. Each ends in a documented exit
+code with nothing lost, duplicated or deleted that the sweep does not own."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+from sweep_procs import (
+    SMOKE,
+    assert_no_duplicate_steps,
+    call_main,
+    children,
+    ctrl_c,
+    kill,
+    metric_steps,
+    result_lines,
+    start_sweep,
+    wait_until,
+)
+
+from sweeps.runtime.outputs import partial_note
+
+# Long enough that a Ctrl-C lands while trials run (the smoke space: 4 trials, 2 at a time).
+SETS = ["base.train.max_steps=200"]
+STEPS = list(range(0, 201, 10))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
+def test_ctrl_c_stops_resumably_and_resume_finishes(tmp_path, presses):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
+    proc = start_sweep(tmp_path, uri, SETS, new_session=True)
+    try:
+        reported = lambda: any(len(lines) >= 2 for lines in result_lines(experiment_dir).values())  # noqa: E731
+        assert wait_until(reported, 180, proc), (tmp_path / "run.err").read_text()[-2000:]
+        for _ in range(presses):
+            ctrl_c(proc)
+            time.sleep(0.5)
+        assert proc.wait(timeout=180) == 130
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    err = (tmp_path / "run.err").read_text()
+    assert "Traceback" not in err, err[-3000:]
+    assert "--resume" in err, err[-2000:]
+    parents, runs = children(uri, "smoke")
+    assert len(parents) == 1 and parents[0].info.status == "KILLED"
+    assert any(r.info.status == "KILLED" for r in runs), [r.info.status for r in runs]
+    assert {r.info.status for r in runs} <= {"KILLED", "FINISHED"}
+    if presses == 1:  # the second press may stop before the tables are written
+        table = (tmp_path / "out" / "smoke" / "table.md").read_text()
+        finished = sum(r.info.status == "FINISHED" for r in runs)
+        assert table.startswith(partial_note(finished, 4)), table
+
+    proc = start_sweep(tmp_path, uri, SETS, resume=True, log="resume")
+    try:
+        assert proc.wait(timeout=300) == 0, (tmp_path / "resume.err").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    parents, runs = children(uri, "smoke")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len({r.data.tags["sweep.trial_id"] for r in runs}) == len(runs) == 4
+    for run in runs:
+        assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
+        assert metric_steps(uri, run)["val/exact_match"] == STEPS
+    assert_no_duplicate_steps(uri, runs)
+    table = (tmp_path / "out" / "smoke" / "table.md").read_text()
+    assert not table.startswith("**Partial")
+
+
+@pytest.mark.parametrize("name", [".", "..", "a" * 101, "a/b", ""])
+def test_a_sweep_name_must_be_one_safe_folder(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    spec = yaml.safe_load(SMOKE.read_text())
+    spec["sweep"]["name"] = name
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    code, err = call_main([str(path), "--out", str(tmp_path / "results")])
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: sweep.name: "), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
+def test_overwrite_deletes_only_a_folder_of_the_sweep(tmp_path, monkeypatch):
+    """A folder under --out named like the sweep but not written for it (its sweep.json names
+    another sweep) survives --overwrite, and the command says why in one line."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "results" / "smoke"
+    (folder / "keep").mkdir(parents=True)
+    (folder / "sweep.json").write_text(json.dumps({"sweep": "other", "parent_run_id": "x"}))
+    (folder / "keep" / "canary.txt").write_text("mine")
+    argv = [str(SMOKE), "--out", str(tmp_path / "results"), "--overwrite"]
+    code, err = call_main([*argv, "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"])
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: --overwrite: "), err
+    assert (folder / "keep" / "canary.txt").read_text() == "mine"
+    assert not (tmp_path / "mlflow.db").exists()
