@@ -4,14 +4,15 @@
     python -m sweeps.table results/width_vs_depth   # an output folder, rebuilt in place
     python -m sweeps.table width_vs_depth --tracking-uri sqlite:///mlflow.db --out /tmp/tables
 
-Table specs come from the folder's spec.yaml copy when given a folder that has one, else from the
-parent run's spec.yaml artifact, else the defaults (the metric by every axis the sweep varied).
+A folder's sweep.json names its parent run and store (flags override them); an experiment name
+means its newest parent run. Table specs come from the folder's spec.yaml copy when given a
+folder that has one, else from the parent run's spec.yaml artifact, else the defaults (the
+metric by every axis the sweep varied).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from sweeps.analysis.collect import (
     write_outputs,
 )
 from sweeps.analysis.plots import CURVE_METRICS
-from sweeps.analysis.sources import read_spec_file, table_specs_of
+from sweeps.analysis.sources import is_folder, read_spec_file, saved_state, table_specs_of
 from sweeps.analysis.store import default_tracking_uri
 from sweeps.analysis.tables import default_table_specs
 
@@ -60,7 +61,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _target(sweep: str, out: str | None) -> tuple[str, Path, Path | None]:
     """(experiment name, output folder, folder holding a spec.yaml copy or None)."""
     path = Path(sweep)
-    if path.is_dir() or os.sep in sweep or "/" in sweep:
+    if is_folder(sweep):
         name = path.resolve().name
         out_dir = Path(out) / name if out else path
         return name, out_dir, path if (path / "spec.yaml").is_file() else None
@@ -69,11 +70,14 @@ def _target(sweep: str, out: str | None) -> tuple[str, Path, Path | None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    uri = resolve_tracking_uri(args.tracking_uri)
     try:
         name, out_dir, spec_dir = _target(args.sweep, args.out)
+        # A sweep's folder names its own parent run and store (sweep.json): another sweep of
+        # the same name, newer in that experiment, is not this folder's.
+        saved = saved_state(Path(args.sweep)) if is_folder(args.sweep) else {}
+        uri = resolve_tracking_uri(args.tracking_uri or saved.get("tracking_uri"))
         client = open_client(uri)
-        parent = find_parent_run(client, name, args.parent_run_id)
+        parent = find_parent_run(client, name, args.parent_run_id or saved.get("parent_run_id"))
         if spec_dir is not None:
             spec = read_spec_file(spec_dir / "spec.yaml")
         else:

@@ -6,6 +6,7 @@ parent run (tag sweep.role=parent, artifact spec.yaml) and one nested child run 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -234,6 +235,18 @@ def test_table_command_on_a_folder_uses_its_spec_copy(store, tmp_path):
     row = next(line for line in result.stdout.splitlines() if line.startswith("| 2 "))
     assert row.replace(" ↑", "").replace(" ", "") == "|2|0.838|"
     assert (folder / "table.csv").is_file()
+
+
+def test_table_command_on_a_folder_rebuilds_its_own_sweep(store, tmp_path):
+    """The folder's sweep.json names the older of two sweeps with the same name, and the store:
+    the table is that sweep's, not the experiment's newest."""
+    uri, _, old, _ = store
+    folder = tmp_path / "results" / SWEEP
+    folder.mkdir(parents=True)
+    (folder / "sweep.json").write_text(json.dumps({"parent_run_id": old, "tracking_uri": uri}))
+    result = _run_table(str(folder), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert pd.read_csv(folder / "trials.csv")["model.d_model"].tolist() == [32]
 
 
 def test_unknown_experiment_is_one_line_and_exit_2(store, tmp_path):

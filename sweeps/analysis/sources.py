@@ -85,14 +85,16 @@ def _from_folder(folder: Path) -> Sweep:
         raise CollectError(f"{trials_csv}: not a trials table ({err})") from None
     spec_file = folder / "spec.yaml"
     spec = read_spec_file(spec_file) if spec_file.is_file() else None
-    state = _read_state(folder / STATE_FILE)
+    state = saved_state(folder)
     name = folder.resolve().name
     return Sweep(name, trials, spec, state.get("tracking_uri"), state.get("parent_run_id"))
 
 
-def _read_state(path: Path) -> dict:
+def saved_state(folder: Path) -> dict:
+    """A sweep folder's ``sweep.json``: the MLflow parent run (``parent_run_id``) and store
+    (``tracking_uri``) its sweep logged to; {} without one."""
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}  # a folder copied without it: the trials are still there
     return state if isinstance(state, dict) else {}
