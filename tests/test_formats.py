@@ -110,19 +110,17 @@ def read_division_trace(trace: str, a: int, b: int, k: int) -> tuple[int, int]:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_division_trace_computes_quotient_and_remainder(seed):
-    from arith.text.formats import division_trace
-
     rng = np.random.default_rng(seed)
-    f = fmt("carry_trace", ARITH_TASKS["multi3"])
-    comma, colon = f.text_ids(",:")
-    a = [0, 999, 999, 5, 100, *rng.integers(0, 1000, 300)]
-    b = [1, 1, 999, 7, 10, *rng.integers(1, 1000, 300)]
-    for x, y in zip(a, b, strict=True):
-        ids = division_trace(int(x), int(y), 3, comma, colon)
-        trace = "".join(f.vocab[i] for i in ids)
-        assert read_division_trace(trace, int(x), int(y), 3) == (x // y, x % y), (x, y, trace)
+    task = ARITH_TASKS["multi3"]
+    f = fmt("carry_trace", task, division_trace=True)
+    a = [0, 999, 999, 5, 100, *rng.integers(0, 1000, 300).tolist()]
+    b = [1, 1, 999, 7, 10, *rng.integers(1, 1000, 300).tolist()]
+    problems = tasks.from_ints(task, [list(row) for row in zip(a, b, strict=True)], ["//"] * len(a))
+    for x, y, text in zip(a, b, f.answer_text(problems), strict=True):
+        trace = text[: text.index("+")]  # the answer follows, signed
+        assert read_division_trace(trace, x, y, 3) == (x // y, x % y), (x, y, trace)
         # the answer budget max_seq_len reserves: 10 attempts per place, a state line each
-        assert len(ids) <= (10 * 3 + 3 + 1) * 8
+        assert len(trace) <= (10 * 3 + 3 + 1) * 8
 
 
 def test_sign_trace_writes_a_minus_b_with_its_borrows_before_the_answer():

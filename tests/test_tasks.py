@@ -295,3 +295,17 @@ def test_modulus_message_and_from_dict():
     assert err.value.path == "task.n_digits"
     cfg = dataconf.from_dict(TaskConfig, {"name": "multi_op", "ops": ["+", "//"]}, "task")
     assert cfg.ops == ("+", "//")
+
+
+def test_division_trace_ends_in_quotient_and_remainder_past_int64():
+    from arith.problems import _digits, traces
+
+    k, draw = 24, rng()
+    number = lambda digits: int("".join(map(str, digits)) or "0")  # noqa: E731
+    a = [number(draw.integers(0, 10, k)) for _ in range(48)] + [10**k - 1, 0]
+    b = [number(draw.integers(0, 10, 1 + i % k)) or 1 for i in range(48)] + [1, 7]
+    lines, n_lines = traces.division_trace(_digits.from_pyints(a, k), _digits.from_pyints(b, k))
+    last = lines[np.arange(len(a)), n_lines - 1]  # a state line: remainder, quotient, ones first
+    assert (last[:, 0] == traces.STATE).all()
+    got = [(number(row[:k:-1]), number(row[k:0:-1])) for row in last]
+    assert got == [divmod(x, y) for x, y in zip(a, b, strict=True)]

@@ -14,7 +14,6 @@ tokens with per-row lengths, laid end to end by arith.text._segments.assemble. n
 
 from __future__ import annotations
 
-import functools
 import typing
 from dataclasses import dataclass
 from typing import Literal
@@ -22,7 +21,7 @@ from typing import Literal
 import numpy as np
 
 from arith.errors import require
-from arith.problems import _digits
+from arith.problems import _digits, traces
 from arith.problems.tasks import Problems, TaskConfig, max_answer_digits, op_symbols, operand_width
 from arith.text import _segments as seg
 
@@ -38,12 +37,6 @@ BASE100_VOCAB: tuple[str, ...] = (
 )
 # carry_trace writes each carry as two digits.
 MAX_TRACE_CARRY = 99
-# The column carries (LSB first) carry_trace writes, by operator.
-TRACED = {
-    "+": lambda a, b: _digits.add(a, b)[1],
-    "-": lambda a, b: _digits.sub_abs_borrows(a, b)[2],
-    "*": lambda a, b: _digits.mul(a, b)[1],
-}
 
 
 @dataclass(frozen=True)
@@ -55,10 +48,10 @@ class FormatConfig:
     # Exclude the first N answer tokens from the loss (seed 003's --mask_first_n).
     mask_first_n: int = 0
     # carry_trace only: write // and % as restoring long division before the answer
-    # (division_trace below); seed 004 writes no trace for them.
+    # (arith.problems.traces.division_trace); seed 004 writes no trace for them.
     division_trace: bool = False
     # carry_trace only: write a - b ones digit first with each column's borrow before the
-    # answer of -, so its sign is the last borrow (sign_trace below).
+    # answer of -, so its sign is the last borrow (arith.problems.traces.sign_trace).
     sign_trace: bool = False
 
     def __post_init__(self) -> None:
@@ -116,7 +109,7 @@ def build_format(fmt: FormatConfig, task: TaskConfig) -> Format:
             f"{fmt.name!r} writes arithmetic results and cannot encode the sorting task",
         )
     if fmt.name == "carry_trace" and "*" in op_symbols(task):
-        carry = _max_mul_carry(task.n_digits)
+        carry = traces.max_mul_carry(task.n_digits)
         require(
             carry <= MAX_TRACE_CARRY,
             "format.name",
@@ -156,15 +149,6 @@ def check_abacus_table(
         f"must be >= {run}, the longest run of digits {fmt.name} writes for "
         f"{longest_operand}-digit {task.name}, but got {abacus_max_k}",
     )
-
-
-def _max_mul_carry(k: int) -> int:
-    """Largest column carry of k-digit schoolbook multiplication (all nines maximise each column).
-
-    k = 3 -> 26 (999 * 999), k = 11 -> 98, k = 12 -> 107: carry_trace allows k <= 11.
-    """
-    nines = np.full((1, k), 9, dtype=np.uint8)
-    return int(_digits.mul(nines, nines)[1].max())
 
 
 class Format:
@@ -256,18 +240,15 @@ class Format:
         letters = np.where(order >= 0, self.token_ids["a"] + order, self.pad_id)
         return prompt, [(letters, (order >= 0).sum(axis=1))]
 
-    def _trace_widths(self, p: Problems) -> tuple[int, int]:
-        """(operand field width, result digits R); wider problems (length tests) widen both."""
-        width = max(operand_width(self.task), p.operands.shape[2])
-        return width, max_answer_digits(self.task, width)
-
     def _carry_trace(self, p: Problems) -> tuple[list[seg.Segment], list[seg.Segment]]:
         """``123*  45=`` -> ``+501302501500000000``: sign, then per result digit (LSB first) the
         digit and its two-digit carry (schoolbook column carry for *, addition carry for +,
         the borrow of ``|a - b|``'s column for -).
         """
         n = len(p)
-        width, r = self._trace_widths(p)
+        # operand field width and result digits; wider problems (length tests) widen both
+        width = max(operand_width(self.task), p.operands.shape[2])
+        r = max_answer_digits(self.task, width)
         operands = _digits.pad_left(p.operands, width)
         blank = np.arange(width) < (width - p.operand_len)[:, :, None]  # right-align with spaces
         fields = np.where(blank, self.token_ids[" "], operands.astype(np.int64))
@@ -284,54 +265,43 @@ class Format:
         sign = np.where(p.answer_negative, self.token_ids["-"], self.token_ids["+"])[:, None]
         answer = [(sign, np.ones(n, np.int64)), (triples, np.full(n, 3 * r))]
         if self.config.division_trace or self.config.sign_trace:
-            answer.insert(0, self._scratchpad(p, width))
+            answer.insert(0, self._scratchpad(p, operands))
         return prompt, answer
 
-    def _scratchpad(self, p: Problems, width: int) -> seg.Segment:
-        """What a row writes before its answer: the :func:`division_trace` of // and % and the
-        :func:`sign_trace` of - where the config asks for them (other rows: nothing)."""
-        writers: dict[str, typing.Callable[..., tuple[int, ...]]] = {}
+    def _carries(self, p: Problems, operands: np.ndarray, r: int) -> np.ndarray:
+        """(N, R) column carries, LSB first (arith.problems.traces.column_carries). Modular "+"
+        gets zeros: its result is reduced mod p, so addition carries would not explain it."""
+        if self.task.name == "modular":
+            return np.zeros((len(p), r), dtype=np.int64)
+        a, b = operands[:, 0], operands[:, 1]
+        carries = traces.column_carries(op_symbols(self.task), p.op, a, b, r)
+        if carries.max(initial=0) > MAX_TRACE_CARRY:
+            raise ValueError(f"carry_trace cannot write carry {carries.max()} in two digits")
+        return carries
+
+    def _scratchpad(self, p: Problems, operands: np.ndarray) -> seg.Segment:
+        """What a row writes before its answer: the division trace of // and % and the sign
+        trace of - (arith.problems.traces) where the config asks for them, other rows nothing;
+        ``:`` opens a state line and a comma ends every line."""
+        writers = {}
         if self.config.division_trace:
-            writers["//"] = writers["%"] = division_trace
+            writers["//"] = writers["%"] = traces.division_trace
         if self.config.sign_trace:
-            writers["-"] = sign_trace
-        traces: dict[int, tuple[int, ...]] = {}
+            writers["-"] = traces.sign_trace
         comma, colon = self.text_ids(",:")
+        written = []
         for i, symbol in enumerate(op_symbols(self.task)):
             rows = np.flatnonzero(p.op == i)
-            if symbol not in writers or not len(rows):
-                continue
-            a, b = (_digits.to_values(p.operands[rows, j]) for j in (0, 1))
-            for row, x, y in zip(rows, a, b, strict=True):
-                traces[int(row)] = writers[symbol](int(x), int(y), width, comma, colon)
+            if symbol in writers and len(rows):
+                lines, n_lines = writers[symbol](operands[rows, 0], operands[rows, 1])
+                ids = np.where(lines == traces.STATE, colon, lines.astype(np.int64))
+                ids = np.concatenate([ids, np.full((*ids.shape[:2], 1), comma)], axis=2)
+                written.append((rows, ids.reshape(len(rows), -1), n_lines * ids.shape[2]))
+        tokens = np.zeros((len(p), max((t.shape[1] for _, t, _ in written), default=0)), np.int64)
         lens = np.zeros(len(p), dtype=np.int64)
-        tokens = np.zeros((len(p), max(map(len, traces.values()), default=0)), dtype=np.int64)
-        for row, trace in traces.items():
-            lens[row] = len(trace)
-            tokens[row, : len(trace)] = trace
+        for rows, ids, n_tokens in written:
+            tokens[rows, : ids.shape[1]], lens[rows] = ids, n_tokens
         return tokens, lens
-
-    def _carries(self, p: Problems, operands: np.ndarray, r: int) -> np.ndarray:
-        """(N, R) column carries, LSB first; 0 for operators without a carry chain (// and %).
-
-        Seed 004 traces * only. + and - are traced here as well, alike: with the carries of +
-        written and the borrows of - not, a 2 x 64 model learned + (99.8 %) and not - (30 %),
-        whose answers first went wrong at the tens digit, the first one a borrow decides
-        (docs/notes/multi_op.md). Modular "+" gets zeros: its result is reduced mod p, so
-        addition carries would not explain its digits.
-        """
-        carries = np.zeros((len(p), r), dtype=np.int64)
-        if self.task.name == "modular":
-            return carries
-        for i, sym in enumerate(op_symbols(self.task)):
-            rows = np.flatnonzero(p.op == i)
-            if sym not in TRACED or len(rows) == 0:
-                continue
-            c = TRACED[sym](operands[rows, 0], operands[rows, 1])[:, :r]
-            if c.max(initial=0) > MAX_TRACE_CARRY:
-                raise ValueError(f"carry_trace cannot write carry {c.max()} in two digits")
-            carries[rows, : c.shape[1]] = c
-        return carries
 
     def max_seq_len(self, n_digits: int | None = None) -> int:
         """Upper bound on prompt + answer + EOS for this task (``n_digits`` overrides k).
@@ -344,9 +314,9 @@ class Format:
         symbols = op_symbols(self.task)
         name = self.config.name
         if name == "carry_trace":
-            # division_trace: at most 10 attempts per place and k + 1 state lines, 2k + 2 tokens
+            # a trace line is 2k + 1 digits and a comma
             divides = self.config.division_trace and {"//", "%"} & set(symbols)
-            trace = (10 * k + k + 1) * (2 * k + 2) if divides else 0
+            trace = traces.max_division_lines(k) * (2 * k + 2) if divides else 0
             if self.config.sign_trace and "-" in symbols:  # one line
                 trace = max(trace, 2 * k + 2)
             return 2 * k + 2 + 1 + 1 + 3 * r + 1 + trace
@@ -405,73 +375,6 @@ class Format:
     def normalise(self, text: str) -> str:
         """Text for a normalised match: all whitespace removed (``"6 912"`` -> ``"6912"``)."""
         return "".join(text.split())
-
-
-@functools.lru_cache(maxsize=1 << 18)
-def division_trace(a: int, b: int, k: int, comma: int, colon: int) -> tuple[int, ...]:
-    """Restoring long division of ``a`` by ``b`` (``b > 0``) in ``k`` columns, as token ids:
-    lines of 2k + 2 tokens, each ending in a comma, every number ones digit first.
-
-    A *state* line, ``:`` then the remainder's k digits and the quotient's so far, opens the
-    trace (a, 0). For each place j of the quotient, from the highest at which ``b * 10**j``
-    still has k digits down to the ones, *attempt* lines subtract ``m = b * 10**j`` from the
-    line above: how many attempts at this place succeeded before, then per column the digit
-    of ``line above - m`` and the borrow out of the column. The attempt whose last column
-    borrows out failed; a state line follows it with the remainder before it (the line above
-    it) and the quotient with this place's digit (the failed attempt's count) appended.
-    865 // 145 (spaces added):
-
-        :568000, 0002070, 1517150, 2003040, 3518120, 4004010, 5519191, :041500,
-
-    Every token is a column of the line above, or a copy from a line a fixed distance back or
-    from the last state line: the comparison of a with q * b, which decides the quotient near
-    a multiple of b, is written out instead of estimated from the leading digits, and no step
-    has to find the last attempt that succeeded (docs/notes/multi_op.md).
-    """
-
-    def digits(value: int) -> list[int]:
-        return [value // 10**column % 10 for column in range(k)]
-
-    remainder, quotient = a, 0
-    out = [colon, *digits(remainder), *digits(quotient), comma]
-    for place in range(k - len(str(b)), -1, -1):
-        m = b * 10**place
-        count = 0
-        while True:
-            line, borrow = _attempt(count, remainder, m, k)
-            out += [*line, comma]
-            if borrow:
-                break
-            remainder -= m
-            count += 1
-        quotient = 10 * quotient + count
-        out += [colon, *digits(remainder), *digits(quotient), comma]
-    return tuple(out)
-
-
-def sign_trace(a: int, b: int, k: int, comma: int, colon: int) -> tuple[int, ...]:
-    """``a - b`` as one attempt line of :func:`division_trace` (count 0, then per column the
-    digit of ``a - b`` and the borrow out of it, ones first, then a comma): the last borrow is
-    the sign. 165 - 163 writes ``0200000,`` and 163 - 165 ``0819191,``.
-
-    Without it the sign is the answer's first token, decided before any column is worked: a
-    2 x 128 model wrote 98.7 % of random differences right and 69 % of those with a and b
-    within 14 of each other, every wrong one with the sign wrong (docs/notes/multi_op.md).
-    """
-    del colon  # one line, no state
-    line, _ = _attempt(0, a, b, k)
-    return (*line, comma)
-
-
-def _attempt(count: int, remainder: int, m: int, k: int) -> tuple[list[int], int]:
-    """``count``, then per column (ones first) the digit of ``remainder - m`` and the borrow
-    out of the column; and the last borrow (1: ``remainder < m``)."""
-    out, borrow = [count], 0
-    for column in range(k):
-        d = remainder // 10**column % 10 - m // 10**column % 10 - borrow
-        borrow = int(d < 0)
-        out += [d % 10, borrow]
-    return out, borrow
 
 
 def _base100_text(ids: list[int], vocab: tuple[str, ...]) -> str:
