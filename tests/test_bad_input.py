@@ -334,13 +334,19 @@ def _two_tables_named(name: str) -> dict:
         (_without_seed_axis(), [], "sweep.num_samples: 3 repeats"),
         (None, ["--tracking-uri", "file:///nowhere/mlruns"], "--tracking-uri: expected"),
         (None, ["--tracking-uri", "mlruns"], "--tracking-uri: expected"),
+        (None, ["--storage", "gs3://bucket/sweeps"], "--storage: unknown filesystem gs3://"),
+        (None, ["--out", "SPEC_FILE/results"], "--out: cannot make"),
+        (None, ["--set", "sweep.resources.gpu=1"], "sweep.resources.gpu: 1.0 reserves a GPU"),
+        (None, ["--set", "base.train.device=cuda"], "sweep.resources.gpu: 0 hides every GPU"),
     ],
     ids=["test-metric", "longer-metric", "mode", "uniform-int", "table-names", "repeats",
-         "file-uri", "folder-uri"],
+         "file-uri", "folder-uri", "storage-scheme", "out-under-a-file", "gpu-for-cpu",
+         "cuda-without-gpu"],
 )  # fmt: skip
 def test_mistakes_found_late_before_are_refused_before_anything_starts(spec, args, starts, workdir):
     path = write_spec(workdir, yaml.safe_dump(spec)) if spec is not None else str(SMOKE)
     out = str(workdir / "results")
+    args = [a.replace("SPEC_FILE", str(SMOKE)) for a in args]  # a folder under a file
     line = assert_refused([path, "--out", out, *args], workdir, "late mistake")
     assert line.startswith(f"error: {starts}"), line
 

@@ -8,6 +8,7 @@ stop through SIGUSR1, which Tune always handles that way, remembering that it di
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -74,3 +75,17 @@ class CtrlC:
             os.kill(os.getpid(), signal.SIGUSR1)
             return
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def ctrl_c_ignored():
+    """Ctrl-C ignored for a moment that must finish (Ray's shutdown: cut short, it leaves the
+    driver to be ended by Ray's processes with exit code 1, not 130)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

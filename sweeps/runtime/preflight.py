@@ -32,6 +32,8 @@ def check_before_ray(
 
     tunefix.require_supported_ray()
     check_tracking_uri(tracking_uri)
+    check_output_folder(out_dir)
+    check_storage_uri(storage)
     if resume:
         cluster.check_resume_address(address)
     resuming.preflight(tracking_uri)
@@ -63,6 +65,42 @@ def check_tracking_uri(uri: str) -> None:
         raise SweepError(
             f"--tracking-uri: expected http(s)://HOST:PORT or sqlite:///PATH.db, but got {uri!r}"
         )
+
+
+# The filesystems Tune's storage opens through pyarrow (pyarrow.fs.FileSystem.from_uri).
+STORAGE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "file")
+
+
+def check_storage_uri(storage: str | None) -> None:
+    """A --storage URI names a filesystem pyarrow opens (``gs3://`` failed after Ray started,
+    in a traceback); plain paths are checked by Tune as it writes."""
+    from urllib.parse import urlparse
+
+    from sweeps.cluster.connection import is_remote_uri
+    from sweeps.runtime.resume import SweepError
+
+    if storage is None or not is_remote_uri(storage):
+        return
+    scheme = urlparse(storage).scheme
+    if scheme not in STORAGE_SCHEMES:
+        allowed = ", ".join(f"{s}://" for s in STORAGE_SCHEMES)
+        raise SweepError(f"--storage: unknown filesystem {scheme}:// in {storage!r}; use {allowed}")
+
+
+def check_output_folder(out_dir: Path) -> None:
+    """The sweep's output folder can be made and written (else a thread failed in a traceback
+    once Ray had started): its nearest existing folder is a writable folder."""
+    import os
+
+    from sweeps.runtime.resume import SweepError
+
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SweepError(f"--out: cannot make {out_dir}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SweepError(f"--out: cannot write {out_dir}: {existing} is not writable")
 
 
 def connect_cluster(address: str, storage: str, *, shared: bool) -> bool:

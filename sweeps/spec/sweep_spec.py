@@ -274,7 +274,28 @@ def _check_configs(spec: SweepSpec, points: list[dict[str, Any]]) -> set[str]:
         except ConfigError as err:
             raise SpecError(_blame(err.path, spec), _with_point(err.message, point)) from None
         metrics |= reported_metrics(cfg)
+        _check_device(cfg.train.device, spec.sweep.resources.gpu, point)
     return metrics
+
+
+def _check_device(device: str, gpu: float, point: dict[str, Any]) -> None:
+    """A trial's device agrees with what it reserves: Ray hides the GPUs from a trial that
+    reserves none, and a GPU reserved for a CPU trial sits idle."""
+    kind = device.split(":")[0]
+    require(
+        not (kind == "cpu" and gpu > 0),
+        "sweep.resources.gpu",
+        _with_point(f"{gpu} reserves a GPU that train.device=cpu never uses; set 0", point),
+    )
+    require(
+        not (kind == "cuda" and gpu == 0),
+        "sweep.resources.gpu",
+        _with_point(
+            f"0 hides every GPU from a trial, but train.device={device}; reserve a share "
+            "(e.g. 0.5) or set train.device to auto",
+            point,
+        ),
+    )
 
 
 def _blame(path: str, spec: SweepSpec) -> str:
