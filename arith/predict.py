@@ -136,17 +136,38 @@ def encode_prompt_text(fmt: Format, text: str) -> list[int]:
     return ids
 
 
-def prompt_ids(fmt, prompt: str) -> tuple[list[int], str | None]:
+def problem_ids(fmt, prompt: str) -> tuple[list[int], str | None]:
     """The prompt's tokens as training wrote them, and why it lies outside training (or None);
-    one line and exit 2 for anything that is not a problem of the model's task in its format."""
-    try:
-        operands, op = parse_prompt(fmt, prompt)
-        problem = from_ints(fmt.task, [operands], [op])
-    except ValueError as err:
-        fail(f"prompt {prompt!r}: {err}")
+    ValueError with one line for anything that is not a problem of the model's task in its
+    format."""
+    operands, op = parse_prompt(fmt, prompt)
+    problem = from_ints(fmt.task, [operands], [op])
     encoded = fmt.encode(problem)
     why = unfamiliar(fmt.task, problem.operand_len[0].tolist())
     return encoded.tokens[0, : encoded.prompt_len[0]].tolist(), why
+
+
+def prompt_ids(fmt, prompt: str) -> tuple[list[int], str | None]:
+    """``problem_ids`` for the command line: one line and exit 2 for a prompt it refuses."""
+    try:
+        return problem_ids(fmt, prompt)
+    except ValueError as err:
+        fail(f"prompt {prompt!r}: {err}")
+
+
+def complete(model: GPT, fmt: Format, ids: list[int], max_new_tokens: int | None = None) -> str:
+    """The model's greedy answer to the prompt tokens ``ids``, decoded; ValueError when the
+    prompt leaves no room in a learned position table."""
+    # a learned position table ends at the context length the model was trained with
+    room = model.max_seq_len - len(ids)
+    if model.cfg.position == "learned" and room < 1:
+        raise ValueError(f"longer than the model's {model.max_seq_len}-token context")
+    limit = max_new_tokens or fmt.max_seq_len()
+    if model.cfg.position == "learned":
+        limit = min(limit, room)
+    with torch.no_grad():
+        out = greedy_decode(model, torch.tensor([ids]), limit, fmt.eos_id)[0]
+    return fmt.decode(out.tolist())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,16 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             print(f"note: prompt {prompt!r}: {why}; its answer may be wrong", file=sys.stderr)
     for prompt, ids, _ in checked:
-        # a learned position table ends at the context length the model was trained with
-        room = model.max_seq_len - len(ids)
-        if model.cfg.position == "learned" and room < 1:
-            fail(f"prompt {prompt!r}: longer than the model's {model.max_seq_len}-token context")
-        limit = args.max_new_tokens or fmt.max_seq_len()
-        if model.cfg.position == "learned":
-            limit = min(limit, room)
-        with torch.no_grad():
-            out = greedy_decode(model, torch.tensor([ids]), limit, fmt.eos_id)[0]
-        print(fmt.decode(out.tolist()))
+        try:
+            print(complete(model, fmt, ids, args.max_new_tokens))
+        except ValueError as err:
+            fail(f"prompt {prompt!r}: {err}")
     return 0
 
 

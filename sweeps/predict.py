@@ -1,9 +1,11 @@
 """``python -m sweeps.predict runs:/<run_id> "12 + 34 ="``: ask a sweep trial's model.
 
-Fetches the trial's ``model/`` artifact (``model.pt`` and ``config.yaml``) from its MLflow store
-into a temporary folder and answers as ``python -m arith.predict`` does on that folder: arith
-reads local files only and never imports MLflow, so the fetch lives here. MODEL may also be a
-bare run id, or a local run folder or checkpoint file, which goes to arith.predict unchanged.
+Fetches the trial's ``model/`` artifact from its MLflow store into a temporary folder and answers
+as ``python -m arith.predict`` does on its ``model.pt`` and ``config.yaml``: arith reads local
+files only and never imports MLflow, so the fetch lives here. The artifact is an MLflow model
+(``sweeps.tracking.model_flavor``) or, for runs logged before, the two files alone. MODEL may
+also be a bare run id, or a local run folder or checkpoint file, which goes to arith.predict
+unchanged.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from sweeps.analysis.store import default_tracking_uri, sqlite_file
 
 
 def download_model(source: str, tracking_uri: str | None, into: Path) -> Path:
-    """The ``model/`` artifact of the MLflow run ``source`` names, in a folder under ``into``."""
+    """The folder of ``model.pt`` in the ``model/`` artifact of the MLflow run ``source`` names,
+    downloaded under ``into``."""
     import mlflow.artifacts  # here, not at the top: a local MODEL never needs MLflow
+
+    from sweeps.tracking.model_flavor import checkpoint_folder
 
     run_id = source.removeprefix("runs:/").strip("/").split("/")[0]
     uri = tracking_uri or default_tracking_uri()
@@ -36,7 +41,7 @@ def download_model(source: str, tracking_uri: str | None, into: Path) -> Path:
     except Exception as err:  # unknown run, no model artifact, unreachable store
         reason = " ".join(str(getattr(err, "message", None) or err).split())[:200]
         fail(f"model: cannot load the model of MLflow run {run_id} at {uri} ({reason})")
-    return Path(local)
+    return checkpoint_folder(local)
 
 
 def main(argv: list[str] | None = None) -> int:

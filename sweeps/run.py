@@ -1,9 +1,12 @@
 """``python -m sweeps.run SPEC.yaml [--set block.dotted.key=value ...] [--dry-run] [--out DIR]
-[--tracking-uri URI] [--address ADDR] [--resume | --overwrite | --extend [--reuse-stale]]``
+[--tracking-uri URI] [--address ADDR] [--resume | --overwrite | --extend [--reuse-stale]]
+[--register NAME]``
 
 Runs a sweep: validates the spec (a mistake is one line and exit 2, before anything starts),
 trains every trial with Ray Tune (an embedded local Ray unless ``--address``), records it in
-MLflow from the driver, then writes the scaling table and plots from MLflow into DIR/<name>/.
+MLflow from the driver, then writes the scaling table and plots from MLflow into DIR/<name>/;
+with ``--register NAME``, the best trial's model becomes a version of NAME in MLflow's Model
+Registry.
 """
 
 from __future__ import annotations
@@ -67,6 +70,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="with --extend: reuse finished trials trained by other arith code too",
     )
+    parser.add_argument(
+        "--register",
+        metavar="NAME",
+        help="once the sweep has ended, register the best trial's model as a new version of "
+        "NAME in MLflow's Model Registry (models:/NAME/<version>)",
+    )
     return parser.parse_args(argv)
 
 
@@ -77,6 +86,10 @@ def mode_error(args: argparse.Namespace) -> str | None:
         return f"{' and '.join(chosen)}: choose one"
     if args.reuse_stale and not args.extend:
         return "--reuse-stale: only with --extend"
+    if args.register is not None:
+        from sweeps.tracking.registry import name_error
+
+        return name_error(args.register)
     return None
 
 
@@ -107,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         reuse_stale=args.reuse_stale,
         storage=args.storage,
         storage_shared=args.storage_shared,
+        register=args.register,
     )
 
 

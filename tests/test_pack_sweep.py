@@ -134,10 +134,9 @@ def test_a_packed_sweep_reads_like_the_unpacked_one(tmp_path):
         assert {"optim.lr", "train.seed", "model.d_model"} <= set(r.data.params)
         files = {a.path for a in client.list_artifacts(r.info.run_id)}
         assert "config.yaml" in files
-        assert {a.path for a in client.list_artifacts(r.info.run_id, "model")} == {
-            "model/model.pt",
-            "model/config.yaml",
-        }
+        checkpoint = "model/artifacts/checkpoint"  # in its MLflow model (tracking.model_flavor)
+        held = {a.path for a in client.list_artifacts(r.info.run_id, checkpoint)}
+        assert held == {f"{checkpoint}/model.pt", f"{checkpoint}/config.yaml"}
         assert_diagnostics_logged(client, r)  # each member its own
     tracks = [
         json.loads(Path(client.download_artifacts(r.info.run_id, "embeddings.json")).read_text())

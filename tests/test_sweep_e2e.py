@@ -210,8 +210,11 @@ def test_overwrite_starts_a_fresh_sweep_without_mixing(tmp_path):
 def test_every_trial_logs_its_model_and_the_best_one_answers(sweep):
     client, runs = _runs(sweep["uri"])
     for child in (r for r in runs if r.data.tags.get("sweep.role") == "trial"):
+        # an MLflow model (sweeps.tracking.model_flavor) around the checkpoint folder
         names = {Path(a.path).name for a in client.list_artifacts(child.info.run_id, "model")}
-        assert names == {"model.pt", "config.yaml"}, child.data.tags["sweep.trial_id"]
+        assert {"MLmodel", "artifacts"} <= names, child.data.tags["sweep.trial_id"]
+        held = client.list_artifacts(child.info.run_id, "model/artifacts/checkpoint")
+        assert {Path(a.path).name for a in held} == {"model.pt", "config.yaml"}
         assert child.data.tags["sweep.final_weights"] == "last"  # no early stopping in smoke
         assert_diagnostics_logged(client, child)
     line = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("ask its model:"))

@@ -241,7 +241,7 @@ def spec_from_parent(client: MlflowClient, parent: Run) -> dict | None:
     names = {f.path for f in client.list_artifacts(parent.info.run_id)}
     if "spec.yaml" not in names:
         return None
-    with tempfile.TemporaryDirectory() as tmp, _no_progress_bar():
+    with tempfile.TemporaryDirectory() as tmp, no_progress_bar():
         local = client.download_artifacts(parent.info.run_id, "spec.yaml", dst_path=tmp)
         text = Path(local).read_text(encoding="utf-8")
     try:
@@ -252,7 +252,7 @@ def spec_from_parent(client: MlflowClient, parent: Run) -> dict | None:
 
 
 @contextlib.contextmanager
-def _no_progress_bar() -> Iterator[None]:
+def no_progress_bar() -> Iterator[None]:
     # MLflow draws a tqdm bar on stderr for every download; a command's stderr is for errors.
     name = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
     before = os.environ.get(name)

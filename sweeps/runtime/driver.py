@@ -36,11 +36,13 @@ def run_sweep(
     storage_shared: bool = False,
     timings: dict[str, float] | None = None,
     reuse_actors: bool = tuning.REUSE_ACTORS,
+    register: str | None = None,
 ) -> int:
     """Run (or with ``resume``, continue; with ``extend``, extend: ``sweeps.runtime.extend``)
     the sweep and write its outputs; returns the exit code. ``timings`` (if given) receives the
     seconds of each phase: startup (Ray, MLflow), tune, outputs. ``reuse_actors``: Tune's
-    setting (``sweeps.bench`` compares both)."""
+    setting (``sweeps.bench`` compares both). ``register``: a Model Registry name for the best
+    trial's model, registered once the sweep has ended well (``sweeps.tracking.registry``)."""
     from sweeps.cluster import connection as cluster
 
     _quiet_logs()
@@ -75,10 +77,29 @@ def run_sweep(
         extending.apply(spec, tracker, plan)
     timings["startup"] = time.perf_counter() - start
     try:
-        return finish(spec, tuner, tracker, out_dir, timings)
+        code = finish(spec, tuner, tracker, out_dir, timings)
     finally:
         if started_ray:
             ray.shutdown()  # on a cluster we connected to: disconnects, the cluster stays
+    if register is not None and code == 0:
+        code = _register(tracking_uri, tracker.parent_run_id, register)
+    return code
+
+
+def _register(tracking_uri: str, parent_run_id: str, name: str) -> int:
+    """The best trial's model registered as ``name``: its version printed, or one line and 1."""
+    from sweeps.tracking.registry import RegisterError, register_best
+
+    try:
+        version = register_best(tracking_uri, parent_run_id, name)
+    except RegisterError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    what = f"{version.name} version {version.version}"
+    uri = f"models:/{version.name}/{version.version}"
+    # a line of the summary's block (sweeps.runtime.report), after the best trial's
+    print(f"registered:     {what} ({uri}), the best trial's model")
+    return 0
 
 
 def _before_ray(

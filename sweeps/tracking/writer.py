@@ -113,7 +113,7 @@ class MLflowWriter:
         elif op == "spec":
             self._log_text(record["run_id"], record["text"], "spec.yaml")
         elif op == "model":  # the trial's final model, copied out of Tune's storage
-            self.client.log_artifacts(state.run_id, record["folder"], "model")
+            self._log_model(state.run_id, Path(record["folder"]))
         elif op == "files":  # the trial's diagnostics, laid out as its run holds them
             self.client.log_artifacts(state.run_id, record["folder"])
         elif op == "outputs":
@@ -241,6 +241,15 @@ class MLflowWriter:
         params = [Param(k, v) for k, v in record["params"].items() if k not in held.params]
         self._log_metrics(run_id, metrics, step, record["tags"])
         self.client.log_batch(run_id, params=params)
+
+    def _log_model(self, run_id: str, folder: Path) -> None:
+        """The model folder as the run's MLflow model ``model/`` (``sweeps.tracking.model_flavor``:
+        a pyfunc that ``runs:/<id>/model`` loads, serves and registers), built here, locally."""
+        from sweeps.tracking.model_flavor import save_pyfunc
+
+        with tempfile.TemporaryDirectory() as tmp:
+            local = save_pyfunc(folder, Path(tmp) / "model")
+            self.client.log_artifacts(run_id, str(local), "model")
 
     def _log_text(self, run_id: str, text: str, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
