@@ -26,7 +26,7 @@ from sweep_procs import (
 
 from sweeps.analysis.collect import render_tables
 from sweeps.runtime import dry_run
-from sweeps.spec.packing import build_packs, trial_points
+from sweeps.runtime.tune_space import build_packs, trial_points
 from sweeps.spec.sweep_spec import load_spec
 
 # Six trials (three learning rates x two seeds) of one shape: packs of 4 and 2.
@@ -81,7 +81,7 @@ def test_packs_group_same_shape_trials_in_tune_order():
 
 def test_auto_packs_as_many_as_fit_and_keeps_concurrent_slots_busy(monkeypatch):
     from arith.training.cost import describe
-    from sweeps.spec import packing
+    from sweeps.runtime import tune_space as packing
     from sweeps.spec.space import resolve_run_config
 
     spec = load_spec(SMOKE, [*SETS, "sweep.pack=auto", "sweep.max_concurrent=null"])
@@ -180,8 +180,7 @@ def test_random_trials_are_drawn_as_tune_draws_them():
     from ray.tune.experiment import Experiment
     from ray.tune.search import BasicVariantGenerator
 
-    from sweeps.spec.packing import trial_points
-    from sweeps.spec.space import param_space
+    from sweeps.runtime.tune_space import param_space, trial_points
 
     sets = ["sweep.search=random", "sweep.num_samples=3", "sweep.seed=7"]
     sets.append("space.optim.lr={loguniform: [0.0001, 0.01]}")

@@ -8,6 +8,7 @@ import pytest
 from ray import tune
 
 from arith.errors import ConfigError
+from sweeps.runtime import tune_space
 from sweeps.runtime.trainable import reportable, summary_report
 from sweeps.spec import space
 from sweeps.spec.sweep_spec import SpecError, parse_spec
@@ -47,7 +48,7 @@ def test_dry_run_order_is_the_order_tune_numbers_its_trials():
     )
     tune_order = [
         {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
-        for _, config in generate_variants(space.param_space(spec))
+        for _, config in generate_variants(tune_space.param_space(spec))
     ]
     assert space.tune_ordered_points(spec) == tune_order
     assert space.tune_ordered_points(spec) != space.grid_points(spec)  # the old numbering
@@ -69,14 +70,14 @@ def test_random_search_turns_lists_into_choices():
     )
     assert space.grid_points(spec) == [{}]
     assert space.n_trials(spec) == 5
-    domains = space.param_space(spec)
+    domains = tune_space.param_space(spec)
     assert isinstance(domains["model.d_model"], tune.search.sample.Categorical)
     assert isinstance(domains["optim.lr"], tune.search.sample.Float)
 
 
 def test_grid_search_domains_and_seeds():
     spec = make_spec({"model.d_model": [16, 32]}, seeds=[3, 4])
-    domains = space.param_space(spec)
+    domains = tune_space.param_space(spec)
     assert domains["model.d_model"] == {"grid_search": [16, 32]}
     assert domains["train.seed"] == {"grid_search": [3, 4]}
 
@@ -93,8 +94,8 @@ def test_grid_search_domains_and_seeds():
 def test_distributions_become_tune_domains(kind, args, domain):
     key = "model.n_layer" if kind == "randint" else "optim.weight_decay"
     spec = make_spec({key: {kind: args}}, search="random")
-    assert isinstance(space.param_space(spec)[key], domain)
-    sample = space.param_space(spec)[key].sample()
+    assert isinstance(tune_space.param_space(spec)[key], domain)
+    sample = tune_space.param_space(spec)[key].sample()
     if kind == "randint":
         assert 1 <= sample < 5
     elif kind != "choice":
@@ -198,10 +199,10 @@ def test_search_algorithm_and_scheduler():
         num_samples=4,
         scheduler={"name": "asha", "grace_period": 1, "max_t": 5},
     )
-    assert isinstance(space.search_algorithm(spec), OptunaSearch)
-    assert isinstance(space.scheduler(spec), ASHAScheduler)
+    assert isinstance(tune_space.search_algorithm(spec), OptunaSearch)
+    assert isinstance(tune_space.scheduler(spec), ASHAScheduler)
     assert isinstance(
-        space.search_algorithm(make_spec({"model.d_model": [16]})), BasicVariantGenerator
+        tune_space.search_algorithm(make_spec({"model.d_model": [16]})), BasicVariantGenerator
     )
 
 

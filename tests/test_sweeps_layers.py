@@ -80,3 +80,21 @@ def test_no_import_cycles():
 def test_the_commands_stay_few():
     top = sorted(p.stem for p in SWEEPS.glob("*.py"))
     assert len(top) <= 12, top
+
+
+def test_the_spec_is_data_without_ray_or_mlflow():
+    """sweeps/spec/ validates the search-space file; Tune's objects are built in runtime/
+    (sweeps.runtime.tune_space), MLflow is written by tracking/. Lazy imports count too."""
+    found = []
+    for path in sorted((SWEEPS / "spec").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in FOREIGN]
+    assert found == []
+
+
+FOREIGN = ("ray", "optuna", "mlflow")

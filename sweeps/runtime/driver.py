@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sweeps.runtime import extend as extending
 from sweeps.runtime import preflight, tuning
+from sweeps.runtime.interrupt import ctrl_c_ignored
 from sweeps.runtime.outputs import finish
 from sweeps.runtime.tuner import build_tuner
 from sweeps.spec.sweep_spec import SweepSpec
@@ -80,7 +81,8 @@ def run_sweep(
         code = finish(spec, tuner, tracker, out_dir, timings)
     finally:
         if started_ray:
-            ray.shutdown()  # on a cluster we connected to: disconnects, the cluster stays
+            with ctrl_c_ignored():
+                ray.shutdown()  # on a cluster we connected to: disconnects, the cluster stays
     if register is not None and code == 0:
         code = _register(tracking_uri, tracker.parent_run_id, register)
     return code

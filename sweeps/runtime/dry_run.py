@@ -51,7 +51,7 @@ def dry_run_text(spec: SweepSpec) -> str:
 def _pack_lines(spec: SweepSpec) -> list[str]:
     """The packs a packed sweep trains: which trials (by their ids' ends) share one process."""
     from arith.training.cost import describe
-    from sweeps.spec.packing import build_packs
+    from sweeps.runtime.tune_space import build_packs
     from sweeps.spec.space import resolve_run_config
 
     packs = build_packs(spec)

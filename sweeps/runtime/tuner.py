@@ -37,15 +37,16 @@ def build_tuner(
     from ray.tune.logger import JsonLoggerCallback
 
     from sweeps.runtime import resume as resuming
+    from sweeps.runtime import tune_space
     from sweeps.runtime.callbacks import bind as bind_callbacks
     from sweeps.runtime.progress import ProgressLine
-    from sweeps.spec import packing, space
+    from sweeps.spec import space
 
     s = spec.sweep
     state = resuming.read_state(out_dir)
     extended = "extend_round" in state  # an --extend's Tune experiment, its points alone
     # Packed: Tune runs one trial per pack, over a grid of pack numbers (sweeps.spec.packing).
-    packs = packing.build_packs(spec) if s.pack != 1 else None
+    packs = tune_space.build_packs(spec) if s.pack != 1 else None
     trainable, param_space, num_samples = _trainable(spec, packs, extended, points)
     tracker = _tracker(spec, out_dir, tracking_uri, packs, state.get("extend_round", 0))
     if points == []:
@@ -86,8 +87,8 @@ def _trainable(
     Tune's state on --resume, param_space None)."""
     from ray import tune
 
+    from sweeps.runtime import tune_space
     from sweeps.runtime.trainable import train_pack_trial, train_point_trial, train_trial
-    from sweeps.spec import packing, space
     from sweeps.spec.identity import POINT_KEY
 
     s = spec.sweep
@@ -98,9 +99,9 @@ def _trainable(
         return trainable, param_space, 1
     if packs is None:
         trainable = tune.with_parameters(train_trial, **bound)
-        return trainable, space.param_space(spec), s.num_samples
+        return trainable, tune_space.param_space(spec), s.num_samples
     trainable = tune.with_parameters(train_pack_trial, packs=packs, **bound)
-    return trainable, packing.pack_param_space(packs), 1
+    return trainable, tune_space.pack_param_space(packs), 1
 
 
 def _tracker(

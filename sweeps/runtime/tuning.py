@@ -50,12 +50,12 @@ def tune_config(spec, num_samples: int, *, reuse_actors: bool = REUSE_ACTORS):
     """The sweep's ``TuneConfig`` (see the module docstring)."""
     from ray import tune
 
-    from sweeps.spec import space
+    from sweeps.runtime import tune_space
 
     s = spec.sweep
     return tune.TuneConfig(
-        search_alg=space.search_algorithm(spec),
-        scheduler=space.scheduler(spec),
+        search_alg=tune_space.search_algorithm(spec),
+        scheduler=tune_space.scheduler(spec),
         num_samples=num_samples,
         max_concurrent_trials=s.max_concurrent if s.search == "optuna" else None,
         reuse_actors=reuse_actors,

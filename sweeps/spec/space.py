@@ -1,4 +1,6 @@
-"""The spec's search space: dimensions, derived values, and their Ray Tune counterparts.
+"""The spec's search space: dimensions, derived values, the grid and the trials it holds.
+
+Tune's counterparts (param space, searcher, scheduler) are built in sweeps.runtime.tune_space.
 
 A trial's config (what Tune samples) is flat: dotted config path -> value, for instance
 ``{"model.d_model": 128, "train.seed": 1}``. ``resolve_run_config`` turns it into the arith
@@ -339,59 +341,3 @@ def validation_points(spec) -> list[dict[str, Any]]:
             others = [dim.values[1] - 1] if dim.values[1] - 1 > dim.values[0] else []
         points += [{**points[0], key: value} for value in others]
     return points
-
-
-# ---- Ray Tune -----------------------------------------------------------------------------
-
-
-def param_space(spec) -> dict[str, Any]:
-    """Tune's param space: flat dotted keys -> grid_search / sampling domains."""
-    from ray import tune
-
-    space: dict[str, Any] = {}
-    grid = spec.sweep.search == "grid"
-    for key, dim in spec.space.items():
-        values = list(dim.values)
-        if dim.kind == "grid":
-            space[key] = tune.grid_search(values) if grid else tune.choice(values)
-        elif dim.kind == "choice":
-            space[key] = tune.choice(values)
-        else:
-            space[key] = getattr(tune, dim.kind)(*values)
-    if spec.sweep.seeds is not None:
-        seeds = list(spec.sweep.seeds)
-        space["train.seed"] = tune.grid_search(seeds) if len(seeds) > 1 else seeds[0]
-    return space
-
-
-def search_algorithm(spec):
-    """Optuna's TPE (seeded) for ``search: optuna``; Tune's variant generator otherwise."""
-    s = spec.sweep
-    if s.search == "optuna":
-        import optuna
-        from ray.tune.search.optuna import OptunaSearch
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        sampler = optuna.samplers.TPESampler(seed=s.seed)
-        return OptunaSearch(metric=s.metric, mode=s.mode, sampler=sampler)
-    from ray.tune.search import BasicVariantGenerator
-
-    # No max_concurrent: every trial is made up front (sweeps.runtime.tuning says why).
-    return BasicVariantGenerator(random_state=s.seed)
-
-
-def scheduler(spec):
-    """ASHA (Li et al. 2020) over reports, or Tune's FIFO."""
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-
-    s = spec.sweep
-    if s.scheduler.name == "asha":
-        return ASHAScheduler(
-            metric=s.metric,
-            mode=s.mode,
-            time_attr="training_iteration",
-            grace_period=s.scheduler.grace_period,
-            reduction_factor=s.scheduler.reduction_factor,
-            max_t=s.scheduler.max_t,
-        )
-    return FIFOScheduler()
