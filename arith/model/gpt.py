@@ -10,8 +10,10 @@ Read it as nanoGPT's model with two additions:
 - Position schemes (``model.position``): learned, rotary, Abacus and the Abacus bias, in
   arith.model.positions.
 
-No state is kept on the module between calls: the KV cache (arith.model.kv_cache) is passed in and
-returned. Parameter counts and FLOPs are in arith.training.cost.
+The attention itself (the fused kernel or explicit matmuls, the causal mask) is one function,
+arith.model.attention.attention. No state is kept on the module between calls: the KV cache
+(arith.model.kv_cache) is passed in and returned. Parameter counts and FLOPs are in
+arith.training.cost.
 
 Shapes: M members, b rows per member, B = M * b rows in all, T tokens, C = d_model channels,
 nh heads of hs = C / nh channels.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Literal
 
 import torch
@@ -30,6 +33,7 @@ from torch import Tensor, nn
 
 from arith.errors import require
 from arith.model import positions
+from arith.model.attention import attention
 from arith.model.kv_cache import KVCache
 from arith.model.members import MemberEmbedding, MemberLayerNorm, MemberLinear, member_dropout
 
@@ -155,82 +159,30 @@ class CausalSelfAttention(nn.Module):
         dropout: tuple[float, ...],
         differences: Tensor | None = None,
     ) -> Tensor:
-        """x (M, b, T, C) -> (M, b, T, C); ``differences`` (B, T, keys) for ``abacus_bias``."""
-        *lead, T, C = x.shape
+        """x (M, b, T, C) -> (M, b, T, C); ``differences`` (B, T, S) for ``abacus_bias``."""
+        *lead, T, C = x.shape  # lead: (M, b); a single model has M = 1
         nh, hs = self.cfg.n_head, self.cfg.head_dim
-        # members folded into the batch: (B, T, C); attention never mixes rows
-        q, k, v = self.qkv(x).reshape(-1, T, 3 * C).split(C, dim=2)
+        # the members fold into the batch, B = M * b rows: attention never mixes rows
+        q, k, v = self.qkv(x).view(-1, T, 3 * C).split(C, dim=2)
         q = q.view(-1, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(-1, T, nh, hs).transpose(1, 2)
         v = v.view(-1, T, nh, hs).transpose(1, 2)
         if rope is not None:
             q, k = positions.apply_rope(q, *rope), positions.apply_rope(k, *rope)
-        t_past = cache.length
         if self.cfg.log_length_attention:  # the query at position t sees t + 1 keys
-            n_keys = torch.arange(t_past + 1, t_past + T + 1, device=x.device, dtype=q.dtype)
+            t = cache.length
+            n_keys = torch.arange(t + 1, t + T + 1, device=x.device, dtype=q.dtype)
             q = q * n_keys.log()[:, None]
-        k, v = cache.write(layer, k, v)  # (B, nh, t_past + T, hs)
+        k, v = cache.write(layer, k, v)  # (B, nh, S, hs), S = cache.length + T
+        bias = relative_values = None
+        if differences is not None:
+            bias = self.abacus_bias(differences)  # (B, nh, T, S)
+            if self.abacus_bias.values is not None:
+                relative_values = partial(self.abacus_bias.read_values, differences=differences)
         rates = dropout if self.training else (0.0,)
-        bias = None
-        if differences is not None:  # (B, nh, T, t_past + T), the causal mask included
-            causal = causal_mask(T, t_past, x.device)
-            bias = self.abacus_bias(differences).masked_fill(~causal, float("-inf")).to(q.dtype)
-        if bias is not None and self.abacus_bias.values is not None:  # needs the weights
-            weights = _attention_weights(q, k, t_past, rates, bias)
-            y = weights @ v + self.abacus_bias.read_values(weights, differences)
-        else:
-            y = _attend(q, k, v, t_past, rates, bias)  # (B, nh, T, hs)
+        y = attention(q, k, v, rates, bias, relative_values)  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(*lead, T, C)  # heads side by side again
         return member_dropout(self.proj(y), dropout, self.training)
-
-
-def _attend(
-    q: Tensor, k: Tensor, v: Tensor, t_past: int, rates: tuple[float, ...], bias: Tensor | None
-) -> Tensor:
-    """Causal attention of T new queries over the cached keys and their own: the fused kernel
-    with the cheapest mask it can take, or by hand where members drop out at different rates."""
-    T = q.shape[2]
-    if len(set(rates)) > 1:  # members with different rates: SDPA takes one rate
-        return _attention_by_hand(q, k, v, t_past, rates, bias)
-    if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-        # torch's CPU kernel is slower than plain matmuls in bf16 at these sizes (forward and
-        # backward of 256 x 4 heads x 9 tokens x 32: 7.4 ms against 2.7 ms, torch 2.13)
-        return _attention_by_hand(q, k, v, t_past, rates, bias)
-    if bias is not None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=rates[0])
-    if t_past == 0:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=rates[0], is_causal=True)
-    if T == 1:  # one new token attends to everything before it
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=rates[0])
-    # several new tokens after a cached prefix: causal mask shifted by the prefix
-    mask = causal_mask(T, t_past, q.device)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=rates[0])
-
-
-def _attention_by_hand(
-    q: Tensor, k: Tensor, v: Tensor, t_past: int, rates: tuple[float, ...], bias: Tensor | None
-) -> Tensor:
-    """Causal attention after a cached prefix, with each member's dropout rate on its weights;
-    ``bias`` (B, heads, T, keys), if given, already holds the causal mask."""
-    return _attention_weights(q, k, t_past, rates, bias) @ v
-
-
-def _attention_weights(
-    q: Tensor, k: Tensor, t_past: int, rates: tuple[float, ...], bias: Tensor | None
-) -> Tensor:
-    """(B, heads, T, keys) causal attention weights, each member's dropout applied."""
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    if bias is None:
-        mask = causal_mask(q.shape[2], t_past, q.device)
-        weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-    else:
-        weights = (scores + bias).softmax(dim=-1)
-    return member_dropout(weights, rates, training=True)
-
-
-def causal_mask(T: int, t_past: int, device: torch.device) -> Tensor:
-    """(T, t_past + T) True where a new token may attend: every cached key and itself."""
-    return torch.ones(T, t_past + T, dtype=torch.bool, device=device).tril(t_past)
 
 
 class MLP(nn.Module):
@@ -251,7 +203,8 @@ class Block(nn.Module):
         self.ln_2 = MemberLayerNorm(members, cfg.d_model, cfg.bias)
         self.mlp = MLP(cfg, members)
 
-    def forward(self, x, rope, cache: KVCache, layer: int, dropout, differences=None):
+    def forward(self, x, rope, cache: KVCache, layer: int, dropout, differences=None) -> Tensor:
+        """x (M, b, T, C) -> (M, b, T, C), as CausalSelfAttention.forward takes its arguments."""
         x = x + self.attn(self.ln_1(x), rope, cache, layer, dropout, differences)
         return x + self.mlp(self.ln_2(x), dropout)
 
@@ -392,27 +345,24 @@ class GPT(nn.Module):
         return logits.view(B, T, self.vocab_size), cache
 
     def _positions(self, x: Tensor, idx: Tensor, cache: KVCache, abacus_offset: Tensor | None):
-        """The position signal of ``model.position`` (arith.model.positions): ``x`` (M, b, T, C)
-        with added position embeddings, the rotary tables, and the ``abacus_bias`` differences."""
-        B, T = idx.shape
-        M, cfg = self.members, self.cfg
-        t_past = cache.length
-        prev_run = cache.digit_run if cache.digit_run is not None else idx.new_zeros(B)
-        run = positions.digit_run_index(self.is_digit[idx], prev_run)  # (B, T)
-        cache.digit_run = run[:, -1]
-        token_positions = torch.arange(t_past, t_past + T, device=idx.device)
+        """The position signal of ``model.position`` (arith.model.positions), worked out only for
+        that scheme: ``x`` (M, b, T, C) with position embeddings added, the rotary tables, the
+        ``abacus_bias`` differences."""
+        cfg, M, T = self.cfg, self.members, idx.shape[1]
         rope = differences = None
+        if cfg.position in ("learned", "rope"):
+            token_positions = torch.arange(cache.length, cache.length + T, device=idx.device)
         if cfg.position == "learned":
             x = x + self.wpe(token_positions.expand(M, T))[:, None]  # (M, 1, T, C)
         elif cfg.position == "rope":
             rope = positions.rope_tables(token_positions, cfg.head_dim, cfg.rope_theta, x.dtype)
         elif cfg.position == "abacus":
+            run = positions.continue_digit_runs(self.is_digit[idx], cache)  # (B, T)
             index = positions.abacus_index(run, abacus_offset).clamp(max=cfg.abacus_max_k)
-            x = x + self.abacus(index.view(M, B // M, T))
+            x = x + self.abacus(index.view(M, -1, T))  # (M, b, T, C)
         elif cfg.position == "abacus_bias":
-            seen = cache.digit_index
-            cache.digit_index = run if seen is None else torch.cat([seen, run], dim=1)
+            run = positions.continue_digit_runs(self.is_digit[idx], cache, keep_all=True)
             differences = positions.clipped_differences(
                 run, cache.digit_index, cfg.abacus_bias_reach, cfg.abacus_bias_window
-            )  # (B, T, t_past + T)
+            )  # (B, T, S)
         return x, rope, differences

@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from arith.model.kv_cache import KVCache
+
 
 def digit_run_index(is_digit: Tensor, prev_run: Tensor) -> Tensor:
     """1-based index of each digit within its run of digits, 0 elsewhere; (B, T) -> (B, T).
@@ -35,6 +37,21 @@ def digit_run_index(is_digit: Tensor, prev_run: Tensor) -> Tensor:
     run = (count - at_last_break) * d
     before_first_break = (1 - d).cumsum(1) == 0
     return run + before_first_break * d * prev_run[:, None]
+
+
+def continue_digit_runs(is_digit: Tensor, cache: KVCache, keep_all: bool = False) -> Tensor:
+    """:func:`digit_run_index` of the tokens (B, T) that follow those in ``cache``. The cache
+    keeps the last token's index, for the next chunk, and with ``keep_all`` every token's
+    (``cache.digit_index`` (B, S): ``abacus_bias`` compares each query with every key)."""
+    prev_run = cache.digit_run
+    if prev_run is None:
+        prev_run = torch.zeros(len(is_digit), dtype=torch.long, device=is_digit.device)
+    run = digit_run_index(is_digit, prev_run)
+    cache.digit_run = run[:, -1]
+    if keep_all:
+        seen = cache.digit_index
+        cache.digit_index = run if seen is None else torch.cat([seen, run], dim=1)
+    return run
 
 
 def abacus_index(run: Tensor, offset: Tensor | None) -> Tensor:
