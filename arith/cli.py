@@ -17,6 +17,13 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def one_line(err: BaseException, limit: int = 300) -> str:
+    """An error as one line for the user: its message (an MLflow error's ``message``) with
+    whitespace folded, cut to ``limit`` characters."""
+    text = " ".join(str(getattr(err, "message", None) or err).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def run_main(main: Callable[[], int | None]) -> None:
     """Run ``main`` so a ConfigError becomes one line and exit 2, never a traceback."""
     try:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
+from arith.cli import one_line
 from sweeps.analysis import comparison
 from sweeps.analysis.collect import CollectError
 from sweeps.analysis.comparison import Comparison
@@ -67,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         paths = write_comparison(result, args.out)
     except (CollectError, ValueError, MlflowException, OSError) as err:
-        message = " ".join(str(getattr(err, "message", None) or err).split())
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {one_line(err)}", file=sys.stderr)
         return 2
     print(paths[0].read_text(encoding="utf-8"), end="")
     print(f"wrote {', '.join(p.name for p in paths)} to {args.out}", file=sys.stderr)

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from arith import predict as arith_predict
-from arith.cli import HelpFormatter, fail, run_main
+from arith.cli import HelpFormatter, fail, one_line, run_main
 from sweeps.analysis.store import default_tracking_uri, sqlite_file
 
 
@@ -39,7 +39,7 @@ def download_model(source: str, tracking_uri: str | None, into: Path) -> Path:
             artifact_uri=f"runs:/{run_id}/model", tracking_uri=uri, dst_path=str(into)
         )
     except Exception as err:  # unknown run, no model artifact, unreachable store
-        reason = " ".join(str(getattr(err, "message", None) or err).split())[:200]
+        reason = one_line(err, 200)
         fail(f"model: cannot load the model of MLflow run {run_id} at {uri} ({reason})")
     return checkpoint_folder(local)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
-from arith.cli import HelpFormatter
+from arith.cli import HelpFormatter, one_line
 from sweeps.analysis.collect import (
     CollectError,
     child_runs,
@@ -90,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         trials, curves = with_curves(client, runs, trials, wanted)
         paths = write_outputs(trials, curves, specs, out_dir, metric=metric, axes=swept_paths(spec))
     except (CollectError, ValueError, MlflowException, OSError) as err:
-        message = " ".join(str(getattr(err, "message", None) or err).split())
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {one_line(err)}", file=sys.stderr)
         return 2
     print((out_dir / "table.md").read_text(encoding="utf-8"), end="")
     print(f"wrote {len(paths)} files to {out_dir}", file=sys.stderr)

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from arith.cli import one_line
 from sweeps.runtime.interrupt import CtrlC
 from sweeps.runtime.report import best_trial, held_out_figures, print_summary
 from sweeps.spec.sweep_spec import SweepSpec
-from sweeps.tracking.outbox import one_line
 
 
 def finish(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, float]) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from arith.cli import one_line
 from sweeps.analysis.collect import STATE_FILE
 from sweeps.analysis.store import sqlite_file, write_atomic
 from sweeps.spec.sweep_spec import SweepSpec
@@ -73,7 +74,7 @@ def preflight(tracking_uri: str) -> None:
         try:
             MlflowClient(tracking_uri).search_experiments(max_results=1)
         except Exception as err:  # whatever it is, the sweep cannot log
-            reason = " ".join(str(getattr(err, "message", None) or err).split())[:200]
+            reason = one_line(err, 200)
             raise SweepError(
                 f"--tracking-uri: cannot reach the MLflow server at {tracking_uri} ({reason}); "
                 "start it or pass another --tracking-uri"

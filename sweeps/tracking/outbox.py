@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from arith.cli import one_line
 from sweeps.analysis.store import write_atomic
 
 Record = dict[str, Any]
@@ -180,11 +181,6 @@ class Outbox:
 
 def _line(record: Record) -> str:
     return json.dumps(record, default=plain_number) + "\n"
-
-
-def one_line(err: Exception) -> str:
-    text = " ".join(str(getattr(err, "message", None) or err).split())
-    return text if len(text) < 300 else text[:297] + "..."
 
 
 def read_journal(path: Path) -> list[Record]:

@@ -26,9 +26,10 @@ from typing import Any
 
 from ray.tune import Callback
 
+from arith.cli import one_line
 from sweeps.spec.identity import POINT_KEY, identity_tags
 from sweeps.spec.packing import PACK_KEY, Member, member_trial_id
-from sweeps.tracking.outbox import Outbox, Record, one_line
+from sweeps.tracking.outbox import Outbox, Record
 from sweeps.tracking.replay import attach_sweep, count_redo, replay_journal
 from sweeps.tracking.state import TrialState
 from sweeps.tracking.summary import final_status, real_summary, stand_in_summary
