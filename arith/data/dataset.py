@@ -70,9 +70,8 @@ class DataConfig:
     cascade_size: int | None = None
     """Also evaluate on a ``cascade`` set of this many full-width additions whose carry runs
     from the ones digit through the top one (``1166 + 9834 = 11000``;
-    arith.problems.carries.cascades),
-    none of them a training problem; ``None``: as many as ``carry_size``, so a carry-aware
-    evaluation has both; 0: off. Needs task.n_digits >= 2."""
+    arith.problems.carries.cascades), none of them a training problem; ``None``: as many as
+    ``carry_size``, so a carry-aware evaluation has both; 0: off. Needs task.n_digits >= 2."""
     seed: int | None = None
     """Seed of the split and the evaluation sets; ``None`` follows ``train.seed``."""
 

@@ -74,9 +74,8 @@ apart from the global one that initialises the weights and draws dropout masks (
 def reported_metrics(config: RunConfig) -> set[str]:
     """Names of the metrics ``train`` reports or returns for this config (to validate sweeps).
 
-    Each evaluation set's names come from ``arith.evaluation.evaluate.set_metric_names``, the rules
-    the
-    evaluation itself follows; the sets are the ones ``arith.data.dataset.build_dataset`` adds.
+    Each set's names come from ``arith.evaluation.evaluate.set_metric_names``, the rules the
+    evaluation itself follows; the sets are those ``arith.data.dataset.build_dataset`` adds.
     """
     names = {"step", "epoch", "lr", "train/loss", "train/exact_match", "train/token_accuracy"}
     names |= {"time/elapsed_s", *PERF_METRICS}
@@ -270,8 +269,7 @@ def _length_buckets(mask, n_members: int, n_buckets: int):
 
 def _build_pack(configs: list[RunConfig], device) -> tuple[list[MemberRun], model_lib.GPT]:
     """Each member's run and model, built as if it trained alone, and the models stacked."""
-    # one dataset per data seed (and its diagnostics, for a shared training pool): members that
-    # share it share it
+    # members of one data seed share its dataset (and, with a training pool, its diagnostics)
     shared: dict[tuple, Any] = {}
     built = [_build_member(config, device, shared) for config in configs]
     return [member for member, _ in built], model_lib.GPT.stack([model for _, model in built])
