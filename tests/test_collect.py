@@ -23,6 +23,7 @@ from mlflow.entities import Metric, Param
 
 from sweeps.analysis import collect, plots
 from sweeps.table import main
+from sweeps.tracking.writer import run_name
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = "width_vs_depth"
@@ -53,7 +54,7 @@ def _log_trial(client, experiment_id, parent_id, trial_id, config, start_time, f
         "sweep.status": "ERROR" if failed else "TERMINATED",
         "sweep.stopped_reason": "error" if failed else "max_steps",
     }
-    run = client.create_run(experiment_id, start_time, tags, run_name=f"{SWEEP}-{trial_id}")
+    run = client.create_run(experiment_id, start_time, tags, run_name=run_name(SWEEP, trial_id))
     run_id = run.info.run_id
     # Params as tracking.py writes cfg.flat(): every value a string, None as "None", lists as str.
     flat = {

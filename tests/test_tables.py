@@ -201,6 +201,21 @@ def test_table_specs_from_block_errors(block, message):
     assert "\n" not in str(info.value)
 
 
+def test_still_improving_mark_only_on_metric_columns():
+    """width_vs_depth's by_params table: the ↑ goes on the metrics training longer could
+    still raise, not on a cost (wall_time_s) or a count (n_params, steps)."""
+    trials = _trials().assign(wall_time_s=12.5, steps=300, convergence="still_improving")
+    trials["best/val/exact_match"] = trials[METRIC]
+    values = ("n_params", METRIC, "best/val/exact_match", "steps", "wall_time_s")
+    spec = TableSpec(rows=("model.d_model", "model.n_layer"), values=values, aggregate="mean")
+    lines = to_markdown(build_table(trials, spec), spec).splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    for line in lines[2:6]:
+        cells = dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True))
+        marked = {name for name, cell in cells.items() if cell.endswith("↑")}
+        assert marked == {METRIC, "best/val/exact_match"}, line
+
+
 def test_render_markdown_escapes_pipes():
     text = render_markdown(["a", "b"], [["x|y", "1"]])
     assert "x\\|y" in text
@@ -236,8 +251,9 @@ def test_plots_for_width_depth_sweep(tmp_path):
     # a line per trial per panel, through that trial's curve
     panels = figures["training_curves"].axes
     assert [ax.get_ylabel() for ax in panels] == ["val/exact_match", "train/loss"]
-    lines = {line.get_label().split(" ")[0]: line for line in panels[0].get_lines()}
+    lines = {line.get_gid(): line for line in panels[0].get_lines()}
     assert sorted(lines) == sorted(trials["trial_id"])
+    assert lines["t0000"].get_label() == "64x1 seed=0"  # the swept values, not the trial id
     assert list(lines["t0000"].get_ydata()) == pytest.approx([0.3, 0.6, 0.9])
     figures["width_x_depth"].savefig(tmp_path / "width_x_depth.png", dpi=80)
 

@@ -11,17 +11,23 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from sweeps.analysis.plot_heatmaps import WIDTH_DEPTH
 from sweeps.analysis.plot_style import (
     FRACTION_YLIM,
     LINE_STYLES,
     MARKERS,
     MAX_LEGEND,
+    measured_on,
+    metric_label,
     metric_y_axis,
     short,
 )
 from sweeps.analysis.tables import config_axes, format_key, varied_axes
 
 CURVE_METRICS = ("val/exact_match", "train/loss")
+# The legend's font size in points (matplotlib's "small" at its default 10 pt), which its
+# column count is estimated from.
+LEGEND_FONT_PT = 8.5
 # Per-length exact match of the in-distribution and the longer-than-trained sets.
 LENGTH_COLUMN = re.compile(r"^(test|longer)/exact_match/len_(\d+)$")
 
@@ -30,14 +36,19 @@ def training_curves(
     curves: pd.DataFrame,
     metrics: Sequence[str] = CURVE_METRICS,
     labels: Mapping[str, str] | None = None,
+    legend_title: str | None = None,
 ) -> Figure:
     """Each metric against step, one panel per metric, one line per trial (``curves``:
     trial_id, metric, step, value); colour and line style both vary, so curves that sit on
-    each other (a flat 0 or 1) stay apart; the legend goes below the panels."""
+    each other (a flat 0 or 1) stay apart; the legend (``labels``: a trial's, by its id) goes
+    below the panels in as many columns as fit the figure's width."""
     present = [m for m in metrics if (curves["metric"] == m).any()] or list(metrics[:1])
     trial_ids = sorted(curves["trial_id"].unique())
-    legend_rows = -(-min(len(trial_ids), MAX_LEGEND) // 2)
-    fig = Figure(figsize=(5.5 * len(present), 4.0 + 0.22 * legend_rows), layout="constrained")
+    names = [(labels or {}).get(t, str(t)) for t in trial_ids]
+    width = 5.5 * len(present)
+    ncols = _legend_columns(names, width)
+    legend_rows = -(-min(len(trial_ids), MAX_LEGEND) // ncols)
+    fig = Figure(figsize=(width, 4.0 + 0.22 * legend_rows), layout="constrained")
     axes = fig.subplots(1, len(present), squeeze=False)[0]
     colours = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9, max(len(trial_ids), 1)))
     for ax, metric in zip(axes, present, strict=True):
@@ -46,22 +57,30 @@ def training_curves(
             line = rows[rows["trial_id"] == trial_id].sort_values("step")
             if line.empty:
                 continue
-            label = (labels or {}).get(trial_id, str(trial_id))
             marker = "o" if len(line) == 1 else None  # a trial that died after one report
             style = LINE_STYLES[i % len(LINE_STYLES)]
-            ax.plot(line["step"], line["value"], color=colour, lw=1.4, alpha=0.9, label=label,
-                    ls=style, marker=marker, markersize=4)  # fmt: skip
+            ax.plot(line["step"], line["value"], color=colour, lw=1.4, alpha=0.9, label=names[i],
+                    ls=style, marker=marker, markersize=4, gid=str(trial_id))  # fmt: skip
         metric_y_axis(ax, metric, rows["value"])
         ax.set_xlabel("step")
         ax.set_ylabel(metric)
-        ax.set_title(metric)
+        ax.set_title(metric_label(metric))
         ax.grid(True, which="major", alpha=0.3)
     if 0 < len(trial_ids) <= MAX_LEGEND:
         fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center",
-                   ncols=min(len(trial_ids), 2 if len(present) == 1 else 3),
-                   fontsize="small")  # fmt: skip
+                   ncols=ncols, fontsize=LEGEND_FONT_PT, title=legend_title,
+                   title_fontsize=LEGEND_FONT_PT)  # fmt: skip
     fig.suptitle(f"training curves ({len(trial_ids)} trials)")
     return fig
+
+
+def _legend_columns(labels: Sequence[str], width_in: float) -> int:
+    """As many legend columns as fit ``width_in`` inches with the longest label (a label's
+    width estimated from its characters; the handle and spacing take about 5 ems)."""
+    em = LEGEND_FONT_PT
+    entry = em * (5.0 + 0.62 * max((len(label) for label in labels), default=1))
+    fit = int((width_in * 72 - 2 * em) // entry)
+    return max(1, min(len(labels), fit, 4))
 
 
 def exact_match_by_length(trials: pd.DataFrame) -> Figure:
@@ -89,7 +108,8 @@ def exact_match_by_length(trials: pd.DataFrame) -> Figure:
     ax.set_ylim(*FRACTION_YLIM)
     ax.set_xticks(lengths)
     ax.set_xlabel("operand digits")
-    ax.set_ylabel("exact match")
+    sets = dict.fromkeys(measured_on(columns[n]) for n in lengths)
+    ax.set_ylabel(f"exact match ({', then '.join(sets)})")
     ax.grid(True, alpha=0.3)
     ax.legend(title=" x ".join(short(k) for k in keys) or None, fontsize="small", loc=(0.02, 0.1))
     ax.set_title(f"exact match by operand length ({len(trials)} trials)")
@@ -97,10 +117,43 @@ def exact_match_by_length(trials: pd.DataFrame) -> Figure:
 
 
 def trial_labels(trials: pd.DataFrame) -> dict[str, str]:
-    """Short legend labels from the varied axes: ``t0003 d_model=64 n_layer=2 seed=1``."""
-    axes = varied_axes(trials)
+    """Short legend labels from the swept values, by trial id: ``128x2 bf16 seed=1`` (width x
+    depth as one term, a word as it is, any other value as ``name=value``; ``label_title``
+    names the terms). Trials that share a label get their trial id's end after it, and a
+    sweep of one configuration the trial id alone."""
+    joined, axes, words = _label_terms(trials)
     labels = {}
     for _, row in trials.iterrows():
-        parts = [f"{short(a)}={format_key(row[a])}" for a in axes]
-        labels[str(row["trial_id"])] = " ".join([str(row["trial_id"]), *parts])
+        parts = ["x".join(format_key(row[a]) for a in WIDTH_DEPTH)] if joined else []
+        parts += [str(row[a]) for a in words]
+        parts += [f"{short(a)}={format_key(row[a])}" for a in axes if a not in words]
+        labels[str(row["trial_id"])] = " ".join(parts)
+    shared = pd.Series(labels, dtype=object).duplicated(keep=False)
+    for trial_id in shared[shared].index:
+        end = trial_id.rsplit("_", 1)[-1]
+        labels[trial_id] = f"{labels[trial_id]} #{end}" if labels[trial_id] else trial_id
     return labels
+
+
+def label_title(trials: pd.DataFrame) -> str | None:
+    """What ``trial_labels``' bare terms are, for the legend's title: ``d_model x n_layer,
+    precision``; None where every term names itself (``seed=1``)."""
+    joined, _, words = _label_terms(trials)
+    terms = ([" x ".join(short(a) for a in WIDTH_DEPTH)] if joined else []) + [
+        short(a) for a in words
+    ]
+    return ", ".join(terms) or None
+
+
+def _label_terms(trials: pd.DataFrame) -> tuple[bool, list[str], list[str]]:
+    """Whether width and depth both vary (one ``128x2`` term), the other varied axes, and
+    those of them whose values are words (``bf16``, ``rope``: shown bare)."""
+    varied = varied_axes(trials)
+    joined = all(a in varied for a in WIDTH_DEPTH)
+    axes = [a for a in varied if not (joined and a in WIDTH_DEPTH)]
+    words = [a for a in axes if trials[a].map(_is_word).all()]
+    return joined, axes, words
+
+
+def _is_word(value: object) -> bool:
+    return isinstance(value, str) and not value.replace(".", "").replace("-", "").isdigit()

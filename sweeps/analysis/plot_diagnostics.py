@@ -9,7 +9,7 @@ trial's checkpoint) exports those numbers and draws these figures beside them:
 - ``diagnostics/carries.png``: the longest carry chain, the same way;
 - ``embeddings.png``: each token's embedding at every evaluation on the two principal
   components of the final table, a line per token from a circle (start) to a square (end),
-  labelled with the token's text (seed 001).
+  labelled with the token's text where the label has room (seed 001).
 """
 
 from __future__ import annotations
@@ -25,11 +25,15 @@ from matplotlib.figure import Figure
 from arith.training import diagnostics as arith_diagnostics
 from sweeps.analysis.plot_style import MARKERS
 
-MARGINS = {"left": 0.1, "right": 0.97, "bottom": 0.14, "top": 0.88}
+MARGINS = {"left": 0.12, "right": 0.97, "bottom": 0.14, "top": 0.88}
 """Fixed margins: the driver draws these for every trial as it ends, and ``tight_layout``
 would double the time of each figure."""
 NO_CHAIN = "-1"
 """``arith.training.diagnostics``'s carry-chain key of a problem whose operation has none."""
+LABEL_PT = 7
+"""A token label's font size in points, from which its box is estimated."""
+LABEL_BOX = {"boxstyle": "square,pad=0.05", "fc": "white", "alpha": 0.7, "lw": 0}
+"""A pale ground under a label, so the lines through it do not cross its text."""
 
 
 def _shares(counts: list[int] | np.ndarray) -> np.ndarray:
@@ -95,28 +99,70 @@ def carries_figure(data: dict[str, Any]) -> Figure:
 
 def embeddings_figure(track: dict[str, Any]) -> Figure:
     """A line per token used in training through its (PC1, PC2) at each evaluation, from a
-    circle at the first to a square at the last, labelled with the token's text there."""
+    circle at the first to a square at the last, labelled with the token's text there where
+    the label has room (``_labelled``): base 100's hundred digits would pile up otherwise."""
     fig = Figure(figsize=(7, 6))
     ax = fig.subplots()
     coords = np.asarray(track["coords"])  # (vocab, S, k)
     if coords.shape[2] == 1:  # a one-wide table has one component
         coords = np.concatenate([coords, np.zeros_like(coords)], axis=2)
     palette = colormaps["tab20"]  # more tokens than the default cycle's 10 colours
-    for n, token in enumerate(track["used"] or range(len(track["tokens"]))):
+    used = list(track["used"] or range(len(track["tokens"])))
+    texts = [track["tokens"][t] if track["tokens"][t].strip() else "␣" for t in used]
+    for n, token in enumerate(used):
         path, colour = coords[token], palette(n % palette.N)
-        ax.plot(path[:, 0], path[:, 1], "-", color=colour, linewidth=0.8, alpha=0.7)
-        ax.plot(*path[0], "o", color=colour, markersize=3, alpha=0.6)
+        ax.plot(path[:, 0], path[:, 1], "-", color=colour, linewidth=0.8, alpha=0.5)
+        ax.plot(*path[0], "o", color=colour, markersize=3, alpha=0.5)
         ax.plot(*path[-1], "s", color=colour, markersize=5)
-        text = track["tokens"][token]
-        ax.annotate(text if text.strip() else "␣", path[-1], fontsize=8, xytext=(3, 3),
-                    textcoords="offset points")  # fmt: skip
+    paths = coords[used][:, :, :2]  # (used, S, 2)
+    for n, left in _labelled(paths[:, -1], texts, paths.reshape(-1, 2), _axes_size_pt(fig)):
+        ax.annotate(texts[n], paths[n, -1], fontsize=LABEL_PT, xytext=(-3 if left else 3, 3),
+                    textcoords="offset points", ha="right" if left else "left",
+                    bbox=LABEL_BOX)  # fmt: skip
     pc1, pc2 = [*track["explained_variance"], 0.0][:2]
     ax.set_xlabel(f"PC1 of the final embeddings ({pc1:.0%})")
     ax.set_ylabel(f"PC2 ({pc2:.0%})")
     steps = track["steps"]
-    ax.set_title(f"token embeddings, steps {steps[0]} (o) to {steps[-1]} (■)", fontsize=9)
+    shown = len(ax.texts)
+    note = "" if shown == len(used) else f"; {shown} of {len(used)} tokens labelled, others overlap"
+    ax.set_title(f"token embeddings, steps {steps[0]} (o) to {steps[-1]} (■){note}", fontsize=9)
     fig.subplots_adjust(**MARGINS)
     return fig
+
+
+def _axes_size_pt(fig: Figure) -> tuple[float, float]:
+    """The axes' width and height in points under MARGINS."""
+    width, height = fig.get_size_inches() * 72
+    across, up = MARGINS["right"] - MARGINS["left"], MARGINS["top"] - MARGINS["bottom"]
+    return across * width, up * height
+
+
+def _labelled(
+    ends: np.ndarray, texts: list[str], spans: np.ndarray, size_pt: tuple[float, float]
+) -> list[tuple[int, bool]]:
+    """Which tokens get a label and on which side: ``(index, left)``, greedily, the tokens that
+    are not digits first (operators, end of sequence), then the farthest from the middle; a
+    label is drawn only where its box overlaps none drawn before. ``ends``: the tokens' last
+    points; ``spans``: every point drawn (the axes' limits with matplotlib's 5 % margins)."""
+    low, high = spans.min(0), spans.max(0)
+    pad = np.where(high > low, (high - low) * 0.05, 0.5)
+    low, high = low - pad, high + pad
+    where = (ends - low) / (high - low)  # (n, 2) in axes fractions
+    middle = np.median(where, axis=0)
+    order = sorted(range(len(texts)),
+                   key=lambda n: (texts[n].isdigit(), -np.hypot(*(where[n] - middle))))  # fmt: skip
+    boxes, kept = [], []
+    for n in order:
+        width = (3 + 0.62 * LABEL_PT * len(texts[n])) / size_pt[0]
+        height = (3 + 1.3 * LABEL_PT) / size_pt[1]
+        left = where[n, 0] + width > 1
+        x0 = where[n, 0] - width if left else where[n, 0]
+        box = (x0, where[n, 1], x0 + width, where[n, 1] + height)
+        if any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in boxes):
+            continue
+        boxes.append(box)
+        kept.append((n, bool(left)))
+    return kept
 
 
 def write_diagnostics(checkpoint_dir: Path, into: Path, member: int | None = None) -> list[Path]:

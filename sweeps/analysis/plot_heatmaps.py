@@ -1,5 +1,5 @@
 """Heatmaps of a metric over two swept axes (width x depth, batch size x learning rate): the
-mean per cell, annotated with mean ± std over the cell's trials."""
+mean per cell, annotated with mean ± std over the cell's trials (the value alone for one)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from sweeps.analysis.plot_style import metric_label
 from sweeps.analysis.tables import build_table, format_key
 from sweeps.spec.metrics import is_fraction
 from sweeps.spec.table_block import TableSpec
@@ -31,8 +32,9 @@ def _log_binned(values: pd.Series, max_levels: int = MAX_LEVELS) -> tuple[pd.Ser
 
 
 def heatmap(trials: pd.DataFrame, x: str, y: str, metric: str) -> Figure:
-    """Mean metric per (y, x) cell, annotated with mean and ± std over the cell's trials; a
-    fraction of right answers (``is_fraction``) coloured on a fixed 0-1 scale."""
+    """Mean metric per (y, x) cell, annotated with mean and ± std over the cell's trials (±
+    only where it has more than one); a fraction of right answers (``is_fraction``) coloured
+    on a fixed 0-1 scale."""
     data = trials.copy()
     data[x], x_binned = _log_binned(data[x])
     data[y], y_binned = _log_binned(data[y])
@@ -59,9 +61,21 @@ def heatmap(trials: pd.DataFrame, x: str, y: str, metric: str) -> Figure:
     ax.set_yticks(range(len(table.index)), [format_key(v) for v in table.index])
     ax.set_xlabel(x + (" (log-binned)" if x_binned else ""))
     ax.set_ylabel(y + (" (log-binned)" if y_binned else ""))
-    ax.set_title(f"{metric}: mean ± std per cell")
+    counts = [table.loc[r, (c, metric, "n")] for r in table.index for c in x_levels]
+    ax.set_title(f"{metric_label(metric)}:\n{_aggregate_words(counts)}")
     fig.colorbar(image, ax=ax, label=metric)
     return fig
+
+
+def _aggregate_words(counts: list[int]) -> str:
+    """What a cell holds, for the title: ``mean ± std per cell (n = 3 trials)``, or ``one
+    trial per cell`` where no cell has a spread to show."""
+    most = max((int(n) for n in counts), default=0)
+    if most <= 1:
+        return "one trial per cell"
+    least = min(int(n) for n in counts if n > 0)
+    over = f"{most}" if least == most else f"{least}-{most}"
+    return f"mean ± std per cell (n = {over} trials)"
 
 
 def _cell_text(mean: float, std: float, fraction: bool) -> str:

@@ -53,7 +53,7 @@ def length_heatmap(trials: pd.DataFrame) -> Figure:
         ax.set_xlabel("digits of b")
         ax.set_aspect("equal")
     axes[0].set_ylabel("digits of a")
-    fig.colorbar(image, ax=list(axes), label="exact match (mean over seeds)")
+    fig.colorbar(image, ax=list(axes), label="lengths/exact_match (length grid; mean over seeds)")
     fig.suptitle(f"exact match by operand lengths ({len(trials)} trials)")
     return fig
 

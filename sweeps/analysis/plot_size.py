@@ -14,6 +14,7 @@ from matplotlib.lines import Line2D
 from sweeps.analysis.plot_style import (
     MARKERS,
     MAX_LEGEND,
+    metric_label,
     metric_y_axis,
     readable_log_ticks,
     short,
@@ -70,7 +71,7 @@ def exact_match_vs_params(
     ax.grid(True, which="major", alpha=0.3)
     ax.grid(True, which="minor", alpha=0.1)
     n_cells = len(data.groupby(keys, dropna=False)) if len(data) else 0
-    ax.set_title(f"{metric} vs {x} ({len(data)} trials, {n_cells} cells)")
+    ax.set_title(f"{metric_label(metric)} vs {x}\n({len(data)} trials, {n_cells} cells)")
     if handles and len(handles) <= MAX_LEGEND + 4:
         ax.legend(handles=handles, fontsize="small", loc="best")
     return fig
@@ -192,7 +193,7 @@ def isoflop(trials: pd.DataFrame, metric: str | None = None) -> Figure:
         readable_log_ticks(ax.yaxis)
     ax.set_xlabel("parameters (n_params)")
     ax.set_ylabel(f"final {metric}")
-    ax.set_title(f"isoFLOP: {metric} vs parameters per budget (★ = lowest)")
+    ax.set_title(f"isoFLOP: {metric_label(metric)} vs parameters per budget (★ = lowest)")
     ax.grid(True, which="major", alpha=0.3)
     if budgets:
         ax.legend(title=BUDGET, fontsize="small")

@@ -23,11 +23,42 @@ LINE_STYLES = ("-", "--", ":", "-.")
 # The y range of a fraction of right answers: 0-1 with a little room either side, so points
 # at 0 and at 1 stay visible.
 FRACTION_YLIM = (-0.03, 1.03)
+# The set a metric's namespace was measured on, in words for a figure (``arith.data.dataset``'s
+# sets); ``best/`` is a set's best evaluation.
+SET_NAMES = {
+    "train": "training set",
+    "val": "validation set",
+    "test": "test set",
+    "ood": "out-of-distribution set",
+    "longer": "longer-than-trained set",
+    "longer_val": "longer-than-trained validation set",
+    "edge": "edge cases",
+    "carry": "carry set",
+    "cascade": "cascade set",
+    "lengths": "length grid",
+}
 
 
 def short(path: str) -> str:
     """The last part of a dotted config path, for a legend: ``model.d_model`` -> ``d_model``."""
     return path.rsplit(".", 1)[-1]
+
+
+def measured_on(metric: str) -> str | None:
+    """The set ``metric`` was measured on, in words: ``test/exact_match`` -> ``test set``,
+    ``best/val/exact_match`` -> ``validation set, best evaluation``; None where the name has
+    no set's namespace (``n_params``, ``perf/tokens_per_s``)."""
+    namespace, _, rest = metric.partition("/")
+    if namespace == "best" and rest:
+        inner = measured_on(rest)
+        return None if inner is None else f"{inner}, best evaluation"
+    return SET_NAMES.get(namespace) if rest else None
+
+
+def metric_label(metric: str) -> str:
+    """A metric with its set in words, for a title: ``test/exact_match (test set)``."""
+    where = measured_on(metric)
+    return metric if where is None else f"{metric} ({where})"
 
 
 def short_number(value: float, _pos: object = None) -> str:

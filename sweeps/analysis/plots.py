@@ -17,6 +17,7 @@ from sweeps.analysis.plot_curves import (
     CURVE_METRICS,
     LENGTH_COLUMN,
     exact_match_by_length,
+    label_title,
     training_curves,
     trial_labels,
 )
@@ -52,9 +53,11 @@ __all__ = [
     "exact_match_vs_params",
     "heatmap",
     "isoflop",
+    "label_title",
     "length_heatmap",
     "phase_map",
     "plots_for",
+    "shown_metric",
     "training_curves",
     "trial_labels",
     "width_depth_heatmap",
@@ -76,9 +79,9 @@ def plots_for(
     parameters where a multi-operation sweep varies the size; exact match by operand length
     where the trials have a longer-than-trained set; the length grid's heatmaps where they
     measured one; the phase map where learning rate and weight decay both vary over a grid and
-    the trials have phases (``sweeps.analysis.phases``)."""
-    if metric is None or "exact_match" not in metric:  # the figures are of exact match
-        metric = primary_metric(trials)
+    the trials have phases (``sweeps.analysis.phases``). The size plot and the heatmaps show
+    ``shown_metric``: the exact match the tables report."""
+    metric = shown_metric(trials, metric, specs)
     fits = fits or {}
     axes = varied_axes(trials)
     figures: dict[str, Figure] = {}
@@ -108,8 +111,25 @@ def plots_for(
     if has_length_grid(trials):
         figures["length_heatmap"] = length_heatmap(trials)
     if len(curves):
-        figures["training_curves"] = training_curves(curves, labels=trial_labels(trials))
+        labels, title = trial_labels(trials), label_title(trials)
+        figures["training_curves"] = training_curves(curves, labels=labels, legend_title=title)
     return figures
+
+
+def shown_metric(
+    trials: pd.DataFrame, metric: str | None = None, specs: Sequence[TableSpec] = ()
+) -> str:
+    """The exact match the figures of a metric show: the first one the tables report (the
+    ``table:`` block's values), so that a figure and the table printed beside it give one
+    number (the sweep's metric is validation's, a table's is often the test set's); without
+    one, ``metric`` where it is an exact match, else ``primary_metric``."""
+    reported = (v for s in specs for v in s.values if v.endswith("exact_match"))
+    found = next((v for v in reported if v in trials and trials[v].notna().any()), None)
+    if found is not None:
+        return found
+    if metric is None or "exact_match" not in metric:  # the figures are of exact match
+        return primary_metric(trials)
+    return metric
 
 
 def _few_levels(trials: pd.DataFrame, axis: str, axes: Sequence[str]) -> bool:

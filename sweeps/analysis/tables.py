@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sweeps.analysis.convergence import BUDGET_KEY, STILL_IMPROVING
+from sweeps.spec.metrics import metric_direction
 from sweeps.spec.table_block import TableSpec
 
 # Every value gets all of these; ``n`` counts the trials with a value, ``trials`` all of them.
@@ -288,7 +289,7 @@ def to_markdown(table: pd.DataFrame, spec: TableSpec, budget: str = BUDGET_KEY) 
             for value in spec.values:
                 stats = {s: row[(*combo, value, s)] for s in STATS}
                 cell = format_cell(stats, value, spec.aggregate)
-                if improving and cell != MISSING and not is_integer_value(value):
+                if improving and cell != MISSING and _marks_improving(value):
                     cell += IMPROVING_MARK
                     marked = True
                 cells.append(cell)
@@ -298,6 +299,13 @@ def to_markdown(table: pd.DataFrame, spec: TableSpec, budget: str = BUDGET_KEY) 
         body.append(cells)
     text = render_markdown(header, body, n_left=len(row_names))
     return text + "\n\n" + IMPROVING_NOTE.format(budget=budget) if marked else text
+
+
+def _marks_improving(value: str) -> bool:
+    """Whether a column takes the still-improving mark: a metric of the model with a better
+    direction (exact match, a loss), not a count (``steps_to``, ``n_params``) or a cost
+    (``wall_time_s``), which training longer does not improve."""
+    return metric_direction(value) is not None and not is_integer_value(value)
 
 
 IMPROVING_NOTE = (

@@ -31,6 +31,13 @@ def artifact_root(tracking_uri: str) -> str | None:
     return None if db is None else (db.resolve().parent / "mlartifacts").as_uri()
 
 
+def run_name(experiment_name: str, trial_id: str) -> str:
+    """A trial's run name, what tells it apart first: ``88bca_00003`` of ``width_vs_depth`` ->
+    ``00003-width_vs_depth-88bca`` (Tune's trial id is the sweep's hash, then the index)."""
+    head, _, index = trial_id.rpartition("_")
+    return "-".join(part for part in (index, experiment_name, head) if part)
+
+
 class MLflowWriter:
     """Carries out records against the store at ``tracking_uri``, in experiment
     ``experiment_name``. ``resolve(trial_config) -> RunConfig`` gives a trial's full config
@@ -137,7 +144,8 @@ class MLflowWriter:
         state.created = True
         run = self.client.create_run(
             self.experiment(),
-            run_name=f"{self.experiment_name}-{trial_id}",
+            # the trial's own part first: the UI's Runs table cuts a long name at its end
+            run_name=run_name(self.experiment_name, trial_id),
             tags={
                 "mlflow.parentRunId": self.parent_run_id,
                 "sweep.name": self.experiment_name,
