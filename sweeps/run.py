@@ -129,7 +129,7 @@ def _dry_run(spec, args: argparse.Namespace, out_dir: Path, uri: str) -> int:
     text = dry_run_text(spec)
     if args.extend:
         from sweeps.runtime.extend import preview
-        from sweeps.runtime.resume import SweepError
+        from sweeps.runtime.state import SweepError
 
         try:
             text += "\n" + preview(spec, out_dir, uri, args.storage, reuse_stale=args.reuse_stale)

@@ -21,7 +21,7 @@ from sweeps.runtime.extend import (
     split,
     wanted_trials,
 )
-from sweeps.runtime.resume import SweepError
+from sweeps.runtime.state import SweepError
 from sweeps.spec.identity import code_fingerprint, code_note, config_key
 from sweeps.spec.sweep_spec import load_spec
 

@@ -18,7 +18,7 @@ from sweep_procs import free_port
 from test_tracking import BASE, FakeTrial, eval_result
 
 from arith.training.cost import describe
-from sweeps.runtime.resume import HTTP_ENV
+from sweeps.runtime.preflight import HTTP_ENV
 from sweeps.spec.space import resolve_run_config
 from sweeps.tracking.outbox import is_transient, read_journal
 from sweeps.tracking.tracker import MLflowTracker

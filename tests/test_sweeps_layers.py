@@ -98,3 +98,20 @@ def test_the_spec_is_data_without_ray_or_mlflow():
 
 
 FOREIGN = ("ray", "optuna", "mlflow")
+
+
+def test_a_sweeps_state_and_checks_import_light():
+    """Reading a sweep's sweep.json or running its checks before Ray starts pulls in none of
+    MLflow, pandas, matplotlib or scipy (they load once a check needs them)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import sweeps.runtime.state, sweeps.runtime.preflight, sweeps.runtime.resume\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'mlflow', 'pandas', 'matplotlib', 'scipy'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -38,9 +38,6 @@ from sweeps.analysis.tables import (
 from sweeps.spec.identity import CODE_TAG, code_note
 from sweeps.spec.table_block import TableSpec
 
-# The file in a sweep's output folder that names its MLflow parent run (``parent_run_id``, and
-# the ``tracking_uri`` it went to), written as the sweep starts (sweeps.runtime.resume).
-STATE_FILE = "sweep.json"
 # A child run an ``--extend`` left out of its sweep (sweeps.runtime.extend): a trial of a grid
 # value the spec no longer has, or one that did not finish and was trained again. The run stays
 # in MLflow; the tag's value says why it is out of the tables.

@@ -1,5 +1,6 @@
 """Where a sweep keeps what outlives its driver: the MLflow store it logs to (the default
-tracking URI, the database file of a SQLite one) and files that must be written whole.
+tracking URI, the database file of a SQLite one), its folder's ``sweep.json`` and files that
+must be written whole.
 
 One helper for each, in the lowest package that needs it (``sweeps.analysis.collect`` opens
 the store; tracking, the runtime and the commands use them too).
@@ -11,6 +12,8 @@ import os
 from pathlib import Path
 
 SQLITE = "sqlite:///"
+# In a sweep's output folder: its name, MLflow parent run and store (sweeps.runtime.state).
+STATE_FILE = "sweep.json"
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:

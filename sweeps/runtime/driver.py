@@ -143,15 +143,15 @@ def _start(
     spec: SweepSpec, tracker, out_dir: Path, parent_id: str | None, *, local_ray: bool, slots: bool
 ) -> None:
     """Start (or attach to, resuming) the parent run and, with ``local_ray``, the local Ray."""
-    from sweeps.runtime import resume as resuming
+    from sweeps.runtime import parent as parents
 
     # A fresh MLflow database spends seconds creating its tables, Ray seconds starting its
     # processes: do both at once.
     with ThreadPoolExecutor(max_workers=1) as pool:
         if parent_id is not None:
-            parent = pool.submit(resuming.attach, tracker, parent_id)
+            parent = pool.submit(parents.attach, tracker, parent_id)
         else:
-            parent = pool.submit(resuming.start_parent, tracker, spec, out_dir)
+            parent = pool.submit(parents.start_parent, tracker, spec, out_dir)
         if local_ray:
             # Ray takes ~10 s to start its processes; say so rather than sit silent.
             print(f"starting a local Ray ({os.cpu_count()} CPUs) ...", file=sys.stderr, flush=True)

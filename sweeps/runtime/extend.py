@@ -16,7 +16,7 @@ trial (``sweeps.analysis.collect.child_runs``); a later ``--extend`` that wants 
 the tag.
 
 The trials to train run as a new Tune experiment, ``<name>-extend<round>`` beside the first
-(``sweeps.runtime.resume.tune_name``), a grid over exactly those points under one key
+(``sweeps.runtime.state.tune_name``), a grid over exactly those points under one key
 (``sweeps.spec.identity.POINT_KEY``; Tune's ``points_to_evaluate`` raises on list-valued
 points), so a killed ``--extend`` goes on with ``--resume`` like any sweep. The
 parent run's figures (``best/...``, ``trials/...``) are logged again at step ``round``.
@@ -31,7 +31,8 @@ from typing import Any
 
 from sweeps.analysis.collect import LEFT_OUT_TAG
 from sweeps.runtime import resume
-from sweeps.runtime.resume import SweepError
+from sweeps.runtime.preflight import check_store
+from sweeps.runtime.state import SweepError, extend_tune_name, read_state
 from sweeps.spec.identity import CODE_TAG, CONFIG_KEY_TAG, code_fingerprint, config_key
 from sweeps.spec.sweep_spec import SweepSpec
 
@@ -198,7 +199,7 @@ def preview(
     spec: SweepSpec, out_dir: Path, tracking_uri: str, storage: str | None, *, reuse_stale: bool
 ) -> str:
     """What ``--dry-run --extend`` adds to the dry run: the split, nothing written."""
-    resume.preflight(tracking_uri)
+    check_store(tracking_uri)
     parent_id, round_ = parent_to_extend(spec, out_dir, tracking_uri, storage)
     found, _ = plan(spec, tracking_uri, parent_id, round_, reuse_stale=reuse_stale)
     return "\n".join(describe_split(spec, found, round_))
@@ -262,10 +263,10 @@ def parent_to_extend(
     when the sweep did not finish and --resume can continue it."""
     from mlflow import MlflowClient
 
-    from sweeps.analysis.collect import STATE_FILE
+    from sweeps.analysis.store import STATE_FILE
 
     check_grid(spec)
-    state = resume.read_state(out_dir)
+    state = read_state(out_dir)
     if not state.get("parent_run_id"):
         raise SweepError(
             f"--extend: nothing ran in {out_dir}: no sweep {spec.name!r} there to extend "
@@ -287,13 +288,13 @@ def save_round(spec: SweepSpec, out_dir: Path, round_: int, n_train: int) -> Non
     a --resume then continues this round's Tune experiment with this spec."""
     import json
 
-    from sweeps.analysis.collect import STATE_FILE
+    from sweeps.analysis.store import STATE_FILE
     from sweeps.analysis.store import write_atomic
 
-    state = resume.read_state(out_dir)
+    state = read_state(out_dir)
     state.update(
         extend_round=round_,
-        tune_name=resume.extend_tune_name(spec.name, round_),
+        tune_name=extend_tune_name(spec.name, round_),
         extend_trials=n_train,
     )
     (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")

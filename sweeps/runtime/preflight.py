@@ -5,9 +5,13 @@ a tracking store it cannot log to, nothing to resume (or an earlier sweep in the
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
+from arith.cli import one_line
+from sweeps.analysis.store import sqlite_file
+from sweeps.runtime.state import SweepError
 from sweeps.spec.sweep_spec import SweepSpec
 
 
@@ -28,6 +32,7 @@ def check_before_ray(
     ``refusals()``."""
     from sweeps.cluster import connection as cluster
     from sweeps.cluster import tunefix
+    from sweeps.runtime import earlier as earlier_runs
     from sweeps.runtime import resume as resuming
 
     tunefix.require_supported_ray()
@@ -36,7 +41,7 @@ def check_before_ray(
     check_storage_uri(storage)
     if resume:
         cluster.check_resume_address(address)
-    resuming.preflight(tracking_uri)
+    check_store(tracking_uri)
     if resume:
         parent_id = resuming.parent_to_resume(spec, out_dir, tracking_uri, storage=storage)
         resuming.quiet_unstarted_trials()
@@ -46,20 +51,47 @@ def check_before_ray(
     if extend:
         return None
     # Never two sweeps in one folder: continue the earlier one, or clear it first.
-    earlier = resuming.earlier_sweep(spec, out_dir, storage)
+    earlier = earlier_runs.earlier_sweep(spec, out_dir, storage)
     if earlier and not overwrite:
-        raise resuming.refuse_earlier(spec, earlier, out_dir, tracking_uri)
+        raise earlier_runs.refuse_earlier(spec, earlier, out_dir, tracking_uri)
     if earlier:
-        resuming.check_removable(spec, out_dir)
-        resuming.remove_earlier(spec, out_dir, storage)
+        earlier_runs.check_removable(spec, out_dir)
+        earlier_runs.remove_earlier(spec, out_dir, storage)
     return None
+
+
+# Bounded MLflow HTTP calls: without these a dead server blocks each call for minutes
+# (7 retries with exponential backoff), stalling the driver and with it every trial.
+HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+def is_http(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def check_store(tracking_uri: str) -> None:
+    """Raise SweepError if the tracking store cannot be used; bounds MLflow's HTTP calls."""
+    if is_http(tracking_uri):
+        for name, value in HTTP_ENV.items():
+            os.environ.setdefault(name, value)
+        from mlflow import MlflowClient
+
+        try:
+            MlflowClient(tracking_uri).search_experiments(max_results=1)
+        except Exception as err:  # whatever it is, the sweep cannot log
+            reason = one_line(err, 200)
+            raise SweepError(
+                f"--tracking-uri: cannot reach the MLflow server at {tracking_uri} ({reason}); "
+                "start it or pass another --tracking-uri"
+            ) from None
+    elif (db := sqlite_file(tracking_uri)) is not None and not db.parent.is_dir():
+        raise SweepError(f"--tracking-uri: no folder {db.parent} for the SQLite store")
 
 
 def check_tracking_uri(uri: str) -> None:
     """The stores a sweep logs to: an MLflow server or a SQLite file (an ``mlruns`` folder or a
     ``file:`` URI would fail after Ray started, in a traceback)."""
     from sweeps.analysis.store import is_sqlite
-    from sweeps.runtime.resume import SweepError, is_http
 
     if not (is_http(uri) or is_sqlite(uri)):
         raise SweepError(
@@ -77,7 +109,6 @@ def check_storage_uri(storage: str | None) -> None:
     from urllib.parse import urlparse
 
     from sweeps.cluster.connection import is_remote_uri
-    from sweeps.runtime.resume import SweepError
 
     if storage is None or not is_remote_uri(storage):
         return
@@ -91,8 +122,6 @@ def check_output_folder(out_dir: Path) -> None:
     """The sweep's output folder can be made and written (else a thread failed in a traceback
     once Ray had started): its nearest existing folder is a writable folder."""
     import os
-
-    from sweeps.runtime.resume import SweepError
 
     existing = out_dir
     while not existing.exists() and existing != existing.parent:
@@ -128,6 +157,5 @@ def refusals() -> tuple[type[Exception], ...]:
     the checks import them, only once a sweep runs)."""
     from sweeps.cluster.connection import ClusterError
     from sweeps.cluster.tunefix import UnsupportedRay
-    from sweeps.runtime.resume import SweepError
 
     return SweepError, UnsupportedRay, ClusterError

@@ -1,38 +1,27 @@
-"""What a sweep checks before Ray starts, and how ``--resume`` finds the sweep it continues.
+"""How ``--resume`` finds the sweep it continues (the checks before Ray starts call it:
+``sweeps.runtime.preflight``).
 
-- ``preflight``: an MLflow server that cannot be reached is one line within seconds (bounded
-  retries and timeout), before any trial could start.
-- ``start_parent``: a new sweep's parent run; its id and the spec go into the output folder
-  (``sweep.json``, ``spec.yaml``), so a resumed sweep finds them even without Tune's state.
 - ``parent_to_resume``: the parent run a ``--resume`` continues (the id saved in ``sweep.json``,
   which must be in the store; without one, the newest unfinished parent of the experiment), or
   a one-line reason why there is nothing to resume.
-- ``tune_name``: the Tune experiment a ``--resume`` continues, the sweep's own or, after an
-  ``--extend``, that round's (``sweeps.runtime.extend``), as ``sweep.json`` names it.
+- ``can_resume``: whether Tune's state of the current experiment is there to restore
+  (``sweeps.runtime.state.tune_name`` names it).
 - ``repair_snapshot``: a snapshot whose copy a killed driver cut short is copied again from
   the driver's staging folder, and the trial decisions it held for saves that died with the
   driver are dropped (``sweeps.cluster.tunefix``).
-- ``attach``: the resumed sweep's tracker, with the MLflow writes a killed driver left waiting.
+- ``quiet_unstarted_trials``: Tune's warning about trials that never started, left out.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from arith.cli import one_line
-from sweeps.analysis.collect import STATE_FILE
-from sweeps.analysis.store import sqlite_file, write_atomic
+from sweeps.analysis.store import STATE_FILE
+from sweeps.runtime.state import SweepError, experiment_dir, read_state, tune_name
 from sweeps.spec.sweep_spec import SweepSpec
-
-# Bounded MLflow HTTP calls: without these a dead server blocks each call for minutes
-# (7 retries with exponential backoff), stalling the driver and with it every trial.
-HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 
 class UnstartedTrialsFilter:
@@ -54,53 +43,6 @@ def quiet_unstarted_trials() -> None:
     import logging
 
     logging.getLogger("ray.tune.analysis.experiment_analysis").addFilter(UnstartedTrialsFilter())
-
-
-class SweepError(Exception):
-    """A reason not to start (str(err) is the one line shown after ``error: ``)."""
-
-
-def is_http(uri: str) -> bool:
-    return uri.startswith(("http://", "https://"))
-
-
-def preflight(tracking_uri: str) -> None:
-    """Raise SweepError if the tracking store cannot be used; bounds MLflow's HTTP calls."""
-    if is_http(tracking_uri):
-        for name, value in HTTP_ENV.items():
-            os.environ.setdefault(name, value)
-        from mlflow import MlflowClient
-
-        try:
-            MlflowClient(tracking_uri).search_experiments(max_results=1)
-        except Exception as err:  # whatever it is, the sweep cannot log
-            reason = one_line(err, 200)
-            raise SweepError(
-                f"--tracking-uri: cannot reach the MLflow server at {tracking_uri} ({reason}); "
-                "start it or pass another --tracking-uri"
-            ) from None
-    elif (db := sqlite_file(tracking_uri)) is not None and not db.parent.is_dir():
-        raise SweepError(f"--tracking-uri: no folder {db.parent} for the SQLite store")
-
-
-def start_parent(tracker, spec: SweepSpec, out_dir: Path) -> str:
-    """A new sweep's parent run; its id and the spec are saved in ``out_dir`` for --resume."""
-    out_dir.mkdir(parents=True, exist_ok=True)  # the journal's folder, before any write waits
-    if tracker.journal is not None:  # an earlier sweep's undelivered writes are not this one's
-        tracker.journal.unlink(missing_ok=True)
-    parent_id = tracker.start_parent(spec.to_yaml())
-    (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
-    state = {"sweep": spec.name, "parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
-    write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
-    return parent_id
-
-
-def attach(tracker, parent_id: str) -> None:
-    """Continue the parent run, first delivering the writes a killed driver left waiting."""
-    tracker.attach(parent_id)
-    replayed = tracker.replay()
-    if replayed:
-        print(f"mlflow: {replayed} writes left waiting by the last run replayed", file=sys.stderr)
 
 
 def parent_to_resume(
@@ -147,23 +89,6 @@ def repair_snapshot(spec: SweepSpec, out_dir: Path, storage: str | None) -> dict
     if tunefix.forget_decisions_in_flight(experiment):
         done["trial decisions"] = "those waiting on saves the last driver never finished dropped"
     return done
-
-
-def tune_name(spec: SweepSpec, out_dir: Path) -> str:
-    """The name (folder) of the Tune experiment a --resume continues: the sweep's own, or after
-    an --extend that round's (``sweeps.runtime.extend``), as ``sweep.json`` names it."""
-    return read_state(out_dir).get("tune_name") or spec.name
-
-
-def extend_tune_name(name: str, round_: int) -> str:
-    """The Tune experiment of --extend round ``round_`` (1, 2, ...) of sweep ``name``."""
-    return f"{name}-extend{round_}"
-
-
-def experiment_dir(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> str:
-    """Where that Tune experiment lies: in ``storage``, else in ``out_dir/ray``."""
-    root = storage.rstrip("/") if storage else str(out_dir / "ray")
-    return f"{root}/{tune_name(spec, out_dir)}"
 
 
 def can_resume(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> bool:
@@ -235,14 +160,6 @@ def saved_parent(
     return run
 
 
-def read_state(out_dir: Path) -> dict[str, Any]:
-    """The sweep's ``sweep.json`` in ``out_dir`` ({} when there is none)."""
-    try:
-        return json.loads((out_dir / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def first_difference(old: Any, new: Any, path: str = "") -> str | None:
     """The first dotted path where two parsed specs differ (``space.model.d_model``), or None."""
     if isinstance(old, dict) and isinstance(new, dict):
@@ -255,84 +172,3 @@ def first_difference(old: Any, new: Any, path: str = "") -> str | None:
                 return found
         return None
     return None if old == new else (path or "the spec")
-
-
-def earlier_sweep(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> str | None:
-    """Where an earlier run of this sweep left its state (its output folder, or Tune's
-    experiment folder in ``storage``), or None: a fresh sweep must not mix with it."""
-    if (out_dir / STATE_FILE).is_file():
-        return str(out_dir)
-    if storage:
-        experiment_dir = f"{storage.rstrip('/')}/{spec.name}"
-        if "://" in storage:
-            from ray import tune
-
-            return experiment_dir if tune.Tuner.can_restore(experiment_dir) else None
-        local = Path(experiment_dir)
-    else:
-        local = out_dir / "ray" / spec.name
-    return str(local) if local.is_dir() and any(local.iterdir()) else None
-
-
-def refuse_earlier(spec: SweepSpec, where: str, out_dir: Path, tracking_uri: str) -> SweepError:
-    """The one line for a sweep started again where an earlier one lies: continue it with
-    --resume (unless it finished), or start over with --overwrite."""
-    status = ""
-    state = read_state(out_dir)
-    if state.get("parent_run_id"):
-        try:
-            from mlflow import MlflowClient
-
-            run = MlflowClient(tracking_uri).get_run(state["parent_run_id"])
-            status = f", parent run {run.info.run_id} {run.info.status.lower()}"
-        except Exception:  # another store, or gone: the folder alone is reason enough
-            status = f", parent run {state['parent_run_id']}"
-    overwrite = "start over with --overwrite (deletes that sweep's outputs and checkpoints; "
-    overwrite += "its MLflow runs stay)"
-    if status.endswith("finished"):
-        advice = f"{overwrite}, train only its new trials with --extend, or pass another --out"
-    else:
-        advice = f"continue it with --resume, or {overwrite}"
-    return SweepError(f"sweep {spec.name!r} already ran in {where}{status}; {advice}")
-
-
-def check_removable(spec: SweepSpec, out_dir: Path) -> None:
-    """Raise SweepError unless --overwrite may delete ``out_dir``: it does not exist, or this
-    project wrote it for this sweep (its ``sweep.json`` names the sweep; one written before
-    sweep.json held the name: its ``spec.yaml`` does)."""
-    if not out_dir.exists():
-        return
-    named = read_state(out_dir).get("sweep")
-    if named is None and (out_dir / "spec.yaml").is_file():
-        try:
-            saved = yaml.safe_load((out_dir / "spec.yaml").read_text(encoding="utf-8"))
-            named = saved["sweep"]["name"]
-        except (OSError, yaml.YAMLError, KeyError, TypeError):
-            named = None
-    if named != spec.name:
-        raise SweepError(
-            f"--overwrite: {out_dir} is not a folder of sweep {spec.name!r} (no {STATE_FILE} "
-            "naming it), so nothing was deleted; remove it yourself or pass another --out"
-        )
-
-
-def remove_earlier(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> None:
-    """--overwrite: delete an earlier run's output folder and Tune experiment folders (the
-    sweep's, and one per --extend round); ``check_removable`` said the folder is the sweep's."""
-    import shutil
-
-    rounds = int(read_state(out_dir).get("extend_round", 0))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    if not storage:
-        return
-    names = [spec.name] + [extend_tune_name(spec.name, k) for k in range(1, rounds + 1)]
-    for name in names:
-        experiment = f"{storage.rstrip('/')}/{name}"
-        if "://" in storage:
-            import pyarrow.fs
-
-            filesystem, path = pyarrow.fs.FileSystem.from_uri(experiment)
-            if filesystem.get_file_info(path).type != pyarrow.fs.FileType.NotFound:
-                filesystem.delete_dir(path)
-        else:
-            shutil.rmtree(experiment, ignore_errors=True)

@@ -36,14 +36,14 @@ def build_tuner(
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    from sweeps.runtime import resume as resuming
+    from sweeps.runtime import state as saved
     from sweeps.runtime import tune_space
     from sweeps.runtime.callbacks import bind as bind_callbacks
     from sweeps.runtime.progress import ProgressLine
     from sweeps.spec import space
 
     s = spec.sweep
-    state = resuming.read_state(out_dir)
+    state = saved.read_state(out_dir)
     extended = "extend_round" in state  # an --extend's Tune experiment, its points alone
     # Packed: Tune runs one trial per pack, over a grid of pack numbers (sweeps.spec.packing).
     packs = tune_space.build_packs(spec) if s.pack != 1 else None
@@ -56,7 +56,7 @@ def build_tuner(
     progress = ProgressLine(spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes)
     trainable = tune.with_resources(trainable, tuning.trial_resources(spec, slots))
     callbacks = [bind_callbacks(spec.name, [tracker, progress]), JsonLoggerCallback()]
-    name = resuming.tune_name(spec, out_dir)
+    name = saved.tune_name(spec, out_dir)
     if resume:
         # Tune restores its own settings, and the callbacks it pickled, which ProcessCallbacks
         # binds to this process's tracker (sweeps.runtime.callbacks); an --extend's trials

@@ -85,7 +85,7 @@ def checkpoints_to_keep(checkpoint_every_s: float) -> int | None:
 
 def run_config(spec, storage_path: str, callbacks: list[Any], name: str | None = None):
     """The sweep's ``RunConfig`` (checkpoints kept: ``checkpoints_to_keep``); ``name``: the Tune
-    experiment's, the sweep's unless an --extend round's (``sweeps.runtime.resume.tune_name``)."""
+    experiment's, the sweep's unless an --extend round's (``sweeps.runtime.state.tune_name``)."""
     from ray import tune
 
     s = spec.sweep

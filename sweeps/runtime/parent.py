@@ -1,0 +1,31 @@
+"""The sweep's parent run in MLflow: a new one, whose id and spec are saved in the output
+folder for ``--resume``, or the one a resumed sweep continues."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from sweeps.analysis.store import STATE_FILE, write_atomic
+from sweeps.spec.sweep_spec import SweepSpec
+
+
+def start_parent(tracker, spec: SweepSpec, out_dir: Path) -> str:
+    """A new sweep's parent run; its id and the spec are saved in ``out_dir`` for --resume."""
+    out_dir.mkdir(parents=True, exist_ok=True)  # the journal's folder, before any write waits
+    if tracker.journal is not None:  # an earlier sweep's undelivered writes are not this one's
+        tracker.journal.unlink(missing_ok=True)
+    parent_id = tracker.start_parent(spec.to_yaml())
+    (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
+    state = {"sweep": spec.name, "parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
+    write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
+    return parent_id
+
+
+def attach(tracker, parent_id: str) -> None:
+    """Continue the parent run, first delivering the writes a killed driver left waiting."""
+    tracker.attach(parent_id)
+    replayed = tracker.replay()
+    if replayed:
+        print(f"mlflow: {replayed} writes left waiting by the last run replayed", file=sys.stderr)
