@@ -138,6 +138,7 @@ def _best_lines(
 
     from arith.config import from_dict
     from arith.text.formats import build_format
+    from sweeps.tracking.writer import run_name
 
     swept = " ".join(f"{k}={best[k]}" for k in axes if k in best)
     metric = spec.sweep.metric
@@ -150,7 +151,8 @@ def _best_lines(
     command += ["--tracking-uri", uri, example]
     return "\n".join(
         [
-            f"best trial:     {spec.name}-{best['trial_id']} ({_chosen_text(metric, best)}"
+            f"best trial:     {run_name(spec.name, str(best['trial_id']))} "
+            f"({_chosen_text(metric, best)}"
             + (f"; {swept}" if swept else "")
             + f"), run {best['run_id']}",
             f"ask its model:  {shlex.join(command)}",
