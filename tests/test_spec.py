@@ -283,9 +283,23 @@ def test_grid_repeats_without_a_seed_axis_are_refused():
         SpecError, match=r"^sweep\.num_samples: 3 repeats .* sweep\.seeds: \[0, 1, 2\]"
     ):
         parse_spec(raw)
-    raw["space"]["train.seed"] = [0, 1]
-    assert parse_spec(raw).sweep.num_samples == 3  # repeats of distinct seeds
     assert parse_spec(with_change("sweep/num_samples", 3)).sweep.num_samples == 3  # lr redrawn
+
+
+@pytest.mark.parametrize("seeds", ["space", "sweep"])
+def test_grid_repeats_with_a_seed_axis_are_refused(seeds):
+    """A seed axis is a grid axis too: each repeat trains the same (config, seed) pairs, so a
+    table would count every run three times (smoke: 8 trials of 4 distinct configs)."""
+    raw = with_change("space/optim.lr", None)
+    raw["sweep"]["num_samples"] = 3
+    if seeds == "space":
+        raw["space"]["train.seed"] = [0, 1]
+    else:
+        raw["sweep"]["seeds"] = [0, 1]
+    with pytest.raises(
+        SpecError, match=r"^sweep\.num_samples: 3 repeats .* sweep\.seeds: \[0, 1, 2, 3, 4, 5\]"
+    ):
+        parse_spec(raw)
 
 
 def test_shipped_search_spaces_select_on_validation():

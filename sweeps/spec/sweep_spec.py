@@ -199,18 +199,22 @@ def _type_name(tp: Any) -> str:
 
 
 def _check_repeats(space: dict[str, Dimension], derived: dict, s: SweepSettings) -> None:
-    """Grid repeats (``num_samples > 1``) redraw only sampled axes: with none, and no seed
-    axis, every repeat trains the same seed and a table's spread "over seeds" would be zero."""
-    if s.search != "grid" or s.num_samples == 1 or s.seeds is not None:
+    """Grid repeats (``num_samples > 1``) redraw only sampled axes: with none, every repeat
+    trains the very configs and seeds of the first, and a table would count each run n times
+    (its spread shrunk, not measured)."""
+    if s.search != "grid" or s.num_samples == 1:
         return
-    sampled = any(not dim.is_grid for dim in space.values())
-    seeded = "train.seed" in derived or any("train.seed" in d.paths for d in space.values())
+    if any(not dim.is_grid for dim in space.values()):
+        return
+    seeds = list(s.seeds) if s.seeds is not None else None
+    if seeds is None and "train.seed" not in derived:
+        seeds = next((list(d.values) for k, d in space.items() if k == "train.seed"), None)
+    more = list(range(s.num_samples * len(seeds))) if seeds else list(range(s.num_samples))
     require(
-        sampled or seeded,
+        False,
         "sweep.num_samples",
-        f"{s.num_samples} repeats of a grid with no sampled axis train one seed "
-        f"{s.num_samples} times; use sweep.seeds: {list(range(s.num_samples))} "
-        "(or a train.seed axis in space) and num_samples: 1",
+        f"{s.num_samples} repeats of a grid with no sampled axis train the same configs and "
+        f"seeds {s.num_samples} times; use sweep.seeds: {more} and num_samples: 1",
     )
 
 
