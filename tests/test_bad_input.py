@@ -26,6 +26,7 @@ from sweep_procs import call_main
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
+OPTUNA_LR = ROOT / "search_spaces" / "optuna_lr.yaml"
 VALID = yaml.safe_load(SMOKE.read_text())
 LEFT_BEHIND = ("mlflow.db", "mlartifacts", "mlruns", "results")
 TRIED: Counter[str] = Counter()
@@ -338,12 +339,15 @@ def _two_tables_named(name: str) -> dict:
         (None, ["--out", "SPEC_FILE/results"], "--out: cannot make"),
         (None, ["--set", "sweep.resources.gpu=1"], "sweep.resources.gpu: 1.0 reserves a GPU"),
         (None, ["--set", "base.train.device=cuda"], "sweep.resources.gpu: 0 hides every GPU"),
+        (OPTUNA_LR, ["--set", "base.train.max_steps=20000"], "sweep.scheduler.max_t: 22 stops"),
     ],
     ids=["test-metric", "longer-metric", "mode", "uniform-int", "table-names", "repeats",
          "file-uri", "folder-uri", "storage-scheme", "out-under-a-file", "gpu-for-cpu",
-         "cuda-without-gpu"],
+         "cuda-without-gpu", "asha-max-t"],
 )  # fmt: skip
 def test_mistakes_found_late_before_are_refused_before_anything_starts(spec, args, starts, workdir):
+    if isinstance(spec, Path):
+        spec = yaml.safe_load(spec.read_text())
     path = write_spec(workdir, yaml.safe_dump(spec)) if spec is not None else str(SMOKE)
     out = str(workdir / "results")
     args = [a.replace("SPEC_FILE", str(SMOKE)) for a in args]  # a folder under a file

@@ -18,6 +18,7 @@ dataclasses and the checks of its own values: ``sweeps.spec.settings``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from types import UnionType
@@ -279,7 +280,29 @@ def _check_configs(spec: SweepSpec, points: list[dict[str, Any]]) -> set[str]:
             raise SpecError(_blame(err.path, spec), _with_point(err.message, point)) from None
         metrics |= reported_metrics(cfg)
         _check_device(cfg.train.device, spec.sweep.resources.gpu, point)
+        _check_max_t(cfg, spec.sweep, point)
     return metrics
+
+
+def _check_max_t(cfg, s: SweepSettings, point: dict[str, Any]) -> None:
+    """ASHA stops every trial at its ``max_t``-th report: below the reports a whole trial
+    makes, the survivors end cut short, without their test figures."""
+    from arith.training.cost import planned_steps
+
+    if s.scheduler.name != "asha":
+        return
+    # An evaluation at step 0, every eval_every steps and at the end, then the summary.
+    reports = 1 + math.ceil(planned_steps(cfg) / cfg.train.eval_every) + 1
+    require(
+        s.scheduler.max_t >= reports,
+        "sweep.scheduler.max_t",
+        _with_point(
+            f"{s.scheduler.max_t} stops a trial at its {s.scheduler.max_t}th report, before "
+            f"its end: a trial reports {reports} times (an evaluation at step 0 and every "
+            f"train.eval_every steps, then its summary); set max_t to {reports}",
+            point,
+        ),
+    )
 
 
 def _check_device(device: str, gpu: float, point: dict[str, Any]) -> None:
