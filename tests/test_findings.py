@@ -14,7 +14,7 @@ from mlflow.entities import Metric, Param
 from sweeps import findings
 from sweeps.analysis import findings_report, plots
 from sweeps.analysis.claims import CLAIMS
-from sweeps.analysis.collect import STATE_FILE
+from sweeps.analysis.store import STATE_FILE
 
 
 def test_grokking_check_says_which_decay_groks():

@@ -16,7 +16,6 @@ import pandas as pd
 
 from sweeps.analysis.claims import Claim
 from sweeps.analysis.collect import (
-    STATE_FILE,
     CollectError,
     find_parent_run,
     newest_parent,
@@ -26,6 +25,7 @@ from sweeps.analysis.collect import (
     trials_from_mlflow,
 )
 from sweeps.analysis.plots import plots_for
+from sweeps.analysis.store import STATE_FILE
 from sweeps.analysis.tables import default_table_specs
 from sweeps.spec.table_block import table_specs_from_block
 

@@ -21,8 +21,8 @@ import yaml
 from mlflow.exceptions import MlflowException
 
 from sweeps.analysis import collect
-from sweeps.analysis.collect import STATE_FILE, CollectError
-from sweeps.analysis.store import default_tracking_uri
+from sweeps.analysis.collect import CollectError
+from sweeps.analysis.store import STATE_FILE, default_tracking_uri
 from sweeps.spec.table_block import TableSpec, table_specs_from_block
 
 RUN_PREFIX = "run:"
