@@ -115,3 +115,20 @@ def test_a_sweeps_state_and_checks_import_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_tracking_imports_ray_only_in_its_tune_callback():
+    """sweeps/tracking/ is MLflow's; Tune reaches it through one adapter, the callback in
+    tracker.py (``SweepRecords`` in records.py holds the logic). Lazy imports count too."""
+    found = []
+    for path in sorted((SWEEPS / "tracking").rglob("*.py")):
+        if path.name == "tracker.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "ray"]
+    assert found == []

@@ -12,7 +12,8 @@ from sweep_procs import FakeTrial
 
 from arith.training.cost import describe
 from sweeps.spec.space import resolve_run_config
-from sweeps.tracking.tracker import MLflowTracker, training_metrics
+from sweeps.tracking.records import training_metrics
+from sweeps.tracking.tracker import MLflowTracker
 
 BASE = {
     "task": {"name": "addition", "n_digits": 2},

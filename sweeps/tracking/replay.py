@@ -10,6 +10,7 @@ driver died during an outage, each filtered by what MLflow holds like any other 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sweeps.tracking.outbox import Outbox, Record, read_journal
 from sweeps.tracking.state import TrialState, is_real_summary
@@ -49,14 +50,13 @@ def held_state(run) -> TrialState:
     )
 
 
-def count_redo(redone: dict[str, float], state: TrialState, trial) -> None:
+def count_redo(redone: dict[str, float], state: TrialState, metrics: dict[str, Any]) -> None:
     """Add to ``redone`` the steps (and training seconds) a restored trial will train again:
-    from its checkpoint to the last step MLflow holds."""
+    from its checkpoint (whose reported ``metrics`` say where it was) to the last step MLflow
+    holds."""
     logged = state.last_step(-1)
     if logged < 0:
         return
-    restored = getattr(trial, "latest_checkpoint_result", None)
-    metrics = getattr(restored, "metrics", None) or {}
     from_step = int(metrics.get("step", 0))
     redone["trials"] += 1
     redone["steps"] += max(0, logged - from_step)

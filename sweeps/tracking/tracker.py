@@ -1,93 +1,32 @@
-"""MLflow from the driver: a parent run per sweep and a nested child run per trial.
+"""The sweep's MLflow records as a Tune callback: the one module of ``sweeps.tracking`` that
+imports Ray.
 
-Trials never talk to MLflow; they report to Tune, and this callback (on the driver) turns
-Tune's events into records, the only writes there are. That keeps SQLite usable as the
-default store and the bookkeeping in one place:
-
-- MLflow is the source of truth. A resumed sweep (``attach``, ``sweeps.tracking.replay``)
-  reads what every child run holds; a result's metrics are logged only for keys whose last
-  step is before the result's, so a trial restored from a checkpoint, or a whole sweep
-  restored after its driver was killed, never logs a (key, step) pair twice and never gets a
-  second child run.
-- Records go through an ordered buffer (``sweeps.tracking.outbox.Outbox``): when the store is
-  unreachable, they wait in order and are retried on later results and, with a bounded wait,
-  at the end of the sweep, so a short outage loses nothing and does not stop the trials.
-  ``sweeps.tracking.writer`` carries each out; those that wait are journaled in the output
-  folder, and ``replay`` delivers them after a driver killed during an outage.
+``MLflowTracker`` adds to ``sweeps.tracking.records.SweepRecords`` only what Tune needs: its
+hooks, each of which reads what the records need off Tune's ``Trial`` (its id, config, last
+result, error file, checkpoint folder) and hands it on as plain values, and the state Tune
+keeps of it in the experiment (the parent run's id). As Ray keeps ``MLflowLoggerCallback``
+apart from its MLflow utility, the MLflow logic is tested without Tune
+(``tests/test_trial_records.py``).
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
 
-from arith.cli import one_line
-from sweeps.spec.identity import POINT_KEY, identity_tags
-from sweeps.spec.packing import PACK_KEY, Member, member_trial_id
-from sweeps.tracking.outbox import Outbox, Record
-from sweeps.tracking.replay import attach_sweep, count_redo, replay_journal
-from sweeps.tracking.state import TrialState
-from sweeps.tracking.summary import final_status, real_summary, stand_in_summary
-from sweeps.tracking.writer import MLflowWriter
-
-# Reported keys without a namespace that are still training metrics (the rest are Tune's own).
-PLAIN_METRICS = ("epoch", "lr")
+from sweeps.tracking.records import SweepRecords
 
 
-def training_metrics(result: dict[str, Any]) -> dict[str, float]:
-    """The trainer's numeric metrics in a Tune result (namespaced keys, epoch, lr)."""
-    out = {}
-    for key, value in result.items():
-        if not ("/" in key or key in PLAIN_METRICS):
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        out[key] = float(value)
-    return out
+class MLflowTracker(SweepRecords, Callback):
+    """``SweepRecords`` fed by Tune's hooks (see the module docstring); the driver calls the
+    records' own methods (parent run, outputs, the outbox) on it as on ``SweepRecords``."""
 
-
-class MLflowTracker(Callback):
-    """A Tune callback that records the sweep in MLflow (see the module docstring).
-
-    ``resolve(trial_config) -> RunConfig`` gives a trial's full config for its params;
-    ``describe(RunConfig) -> dict`` gives sizes for trials that end without a summary.
-    """
-
-    def __init__(
-        self,
-        tracking_uri: str,
-        experiment_name: str,
-        resolve: Callable[[dict[str, Any]], Any],
-        describe: Callable[[Any], dict[str, Any]] | None = None,
-        drain_timeout_s: float = 60.0,
-        model_dir: Path | None = None,
-        metric: str | None = None,
-        journal: Path | None = None,
-        packs: list[list[Member]] | None = None,
-        figures_step: int = 0,
-    ) -> None:
-        # The one writer to MLflow: it also holds the parent run and each trial's state.
-        self.writer = MLflowWriter(tracking_uri, experiment_name, resolve, metric)
-        self.resolve = resolve
-        self.describe = describe
-        self.drain_timeout_s = drain_timeout_s
-        # Where each finished trial's model is copied out of Tune's storage before its upload.
-        self.model_dir = model_dir
-        # A packed sweep's packs (sweeps.spec.packing): each Tune trial is a pack, each member a
-        # trial of its own here, with the id and child run it would have had unpacked.
-        self.packs = packs
-        # The step of the sweep's figures on the parent run: its --extend round (0 before any).
-        self.figures_step = figures_step
-        # Work a restored trial did again: steps and training seconds since its checkpoint.
-        self.redone = {"trials": 0, "steps": 0, "seconds": 0.0}
-        self.journal = journal
-        self.outbox = Outbox(self.writer.apply, journal)
-        self._budget_ends: float | None = None  # monotonic time the sweep's time budget ends
+    _budget_ends: float | None = None  # monotonic time the sweep's time budget ends
 
     def setup(self, stop=None, num_samples=None, total_num_samples=None, **info) -> None:
         # Tune's sweep-wide time_budget_s stops running trials as a scheduler would; its end,
@@ -105,254 +44,36 @@ class MLflowTracker(Callback):
         if self.parent_run_id is None and state.get("parent_run_id"):
             self.attach(state["parent_run_id"])
 
-    def __getstate__(self) -> dict[str, Any]:
-        # Tune pickles callbacks; unsent writes stay behind (and the writer's client).
-        return {**self.__dict__, "outbox": None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.outbox = Outbox(self.writer.apply, self.journal)
-
-    # ---- what the driver and the tests read: the writer's ----
-    @property
-    def client(self):
-        return self.writer.client
-
-    @property
-    def tracking_uri(self) -> str:
-        return self.writer.tracking_uri
-
-    @property
-    def parent_run_id(self) -> str | None:
-        return self.writer.parent_run_id
-
-    @property
-    def trials(self) -> dict[str, TrialState]:
-        return self.writer.trials
-
-    # ---- the parent run ----
-    def start_parent(self, spec_yaml: str, tags: dict[str, str] | None = None) -> str:
-        """Create the sweep's parent run (once) and attach the spec; returns its run id."""
-        if self.parent_run_id is not None:
-            return self.parent_run_id
-        parent_run_id = self.writer.create_parent(tags or {})
-        self.log_spec(spec_yaml)
-        return parent_run_id
-
-    def log_spec(self, spec_yaml: str) -> None:
-        """The spec as the parent run's ``spec.yaml`` (an extended sweep's replaces the first).
-        Through the outbox: a server that goes away right after creating the run must not hold
-        up the trials (the spec waits for it like any other write)."""
-        spec = {"op": "spec", "run_id": self.parent_run_id, "text": spec_yaml}
-        self._send({**spec, "what": "the sweep's spec"})
-
-    def attach(self, parent_run_id: str) -> None:
-        """Continue the sweep of ``parent_run_id``: its child runs and what they hold."""
-        attach_sweep(self.writer, parent_run_id)
-
-    def replay(self) -> int:
-        """Deliver the writes a killed driver left in the journal (``replay_journal``); returns
-        how many were read. Call after ``attach``, before Tune restarts the trials."""
-        return replay_journal(self.journal, self.trials, self.outbox)
-
-    def finish_parent(self, status: str = "FINISHED") -> bool:
-        """End the parent run (after what is buffered); False if MLflow is unreachable (the
-        caller waits for the buffer first, with ``outbox.drain``)."""
-        if self.parent_run_id is None:
-            return False
-        if self.redone["trials"]:
-            metrics = {f"resume/redone_{k}": float(v) for k, v in self.redone.items()}
-            self.log_parent_figures(metrics, what="the work the resume redid")
-        if not self.outbox.flush():
-            return False
-        try:
-            self.client.set_terminated(self.parent_run_id, status=status)
-        except Exception as err:  # the end of a sweep must not raise here
-            print(f"warning: could not end the parent run: {one_line(err)}", file=sys.stderr)
-            return False
-        return True
-
-    # ---- the sweep's outputs on the parent run, through the outbox like every write ----
-    def log_outputs(self, paths: list[Path]) -> None:
-        """Tables under ``tables/`` and figures under ``plots/`` of the parent run (uploading
-        them again, after a resume, replaces the same files)."""
-        record = {"op": "outputs", "run_id": self.parent_run_id, "paths": [str(p) for p in paths]}
-        self._send({**record, "what": "the sweep's tables and plots"})
-
-    def log_parent_figures(
-        self,
-        metrics: dict[str, float],
-        params: dict[str, str] | None = None,
-        tags: dict[str, str] | None = None,
-        what: str = "the sweep's figures",
-    ) -> None:
-        """Figures of the whole sweep on the parent run, at step 0; each metric and param once
-        (the writer checks what the parent run holds), so an end of sweep done again on resume
-        adds nothing twice."""
-        record = {"op": "parent", "run_id": self.parent_run_id, "metrics": metrics}
-        record["step"] = self.figures_step
-        self._send({**record, "params": params or {}, "tags": tags or {}, "what": what})
-
-    # ---- Tune hooks ----
-    def units(self, trial) -> list[tuple[str, dict[str, Any], int | None]]:
-        """What a Tune trial is to MLflow: itself (``(trial_id, config, None)``), or in a packed
-        sweep each member of its pack (``(member's trial id, member's config, position)``)."""
-        if POINT_KEY in trial.config:  # an --extend's trial: its point is one key's value
-            return [(trial.trial_id, dict(trial.config[POINT_KEY]), None)]
-        if self.packs is None:
-            return [(trial.trial_id, dict(trial.config), None)]
-        members = self.packs[trial.config[PACK_KEY]]
-        return [(member_trial_id(trial.trial_id, m), m.point, i) for i, m in enumerate(members)]
-
+    # ---- Tune's hooks, handed on as plain values ----
     def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
-        for trial_id, config, _ in self.units(trial):
-            self._start(trial_id, config, trial)
-
-    def _start(self, trial_id: str, config: dict[str, Any], trial) -> None:
-        state = self.trials.get(trial_id)
-        setup = {"op": "setup", "trial": trial_id, "config": config}
-        if state is None:
-            state = self.trials[trial_id] = TrialState()
-            # Created with what makes it this trial, for a later --extend (sweeps.spec.identity).
-            tags = identity_tags(self.resolve(config))
-            child = {"op": "child", "trial": trial_id, "tags": tags}
-            self._send({**child, "what": f"child run of {trial_id}"})
-            self._send({**setup, "what": f"params of {trial_id}"})
-        elif not state.params:  # created, but its driver died before the params went out
-            self._send({**setup, "what": f"params of {trial_id}"})
-        else:  # a retry or a restored sweep: the same run carries on
-            count_redo(self.redone, state, trial)
-            self._send({"op": "running", "trial": trial_id, "what": f"status of {trial_id}"})
+        # A restored trial's checkpoint result says where it restarts from.
+        restored = getattr(trial, "latest_checkpoint_result", None)
+        self.trial_started(trial.trial_id, trial.config, getattr(restored, "metrics", None))
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
-        if self.packs is None:
-            self._result(trial.trial_id, result)
-            return
-        for trial_id, _, i in self.units(trial):
-            if str(i) in result.get("members", {}):
-                self._result(trial_id, result["members"][str(i)])
-
-    def _result(self, trial_id: str, result: dict[str, Any]) -> None:
-        state = self.trials.get(trial_id)
-        if state is None:
-            return
-        if "stopped_reason" in result:  # the trainable's last report: train()'s summary
-            record = real_summary(state, result, trial_id)
-            if record is not None:
-                self._send(record)
-            return
-        step = int(result.get("step", state.last_step(-1) + 1))
-        metrics = state.not_logged(training_metrics(result), step)
-        if not metrics:
-            return
-        if "time/elapsed_s" in metrics:
-            state.elapsed = metrics["time/elapsed_s"]
-        self._send(
-            {
-                "op": "metrics",
-                "trial": trial_id,
-                "metrics": metrics,
-                "step": step,
-                "what": f"metrics of {trial_id} at step {step}",
-            }
-        )
+        self.trial_reported(trial.trial_id, trial.config, result)
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
-        for trial_id, config, i in self.units(trial):
-            state = self.trials.get(trial_id)
-            if state is None:
-                continue
-            if state.summary:
-                status = final_status(state.stopped_reason)
-            else:  # stopped by the scheduler (ASHA) or the time budget before train() returned
-                spent = self._budget_ends is not None and time.monotonic() >= self._budget_ends
-                status = "TERMINATED" if spent else "EARLY_STOPPED"
-                reason = "time_budget" if spent else "scheduler"
-                self._log_fallback_summary(state, trial_id, config, trial, reason)
-            self._send_files(trial, trial_id, i)
-            self._end_child(state, status, "FINISHED", trial_id)
+        spent = self._budget_ends is not None and time.monotonic() >= self._budget_ends
+        with self._local_checkpoint(trial) as checkpoint:
+            self.trial_completed(
+                trial.trial_id, trial.config, trial.last_result, checkpoint, budget_spent=spent
+            )
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
-        for trial_id, config, _ in self.units(trial):
-            if trial_id not in self.trials:  # failed before it started: MLflow still shows it
-                self._start(trial_id, config, trial)
-            state = self.trials[trial_id]
-            if not state.summary:
-                self._log_fallback_summary(state, trial_id, config, trial, "error")
-            error = str(getattr(trial, "error_file", None) or "")
-            tags = {"sweep.error_file": error}
-            self._end_child(state, "ERROR", "FAILED", trial_id, tags)
+        error_file = str(getattr(trial, "error_file", None) or "")
+        self.trial_errored(trial.trial_id, trial.config, trial.last_result, error_file)
 
     def on_experiment_end(self, trials: list, **info) -> None:
         self.outbox.flush()
 
-    def end_unfinished(self) -> None:
-        """End KILLED the runs of trials that started and have not ended (a sweep stopped by
-        Ctrl-C); ``--resume`` sets them running again and carries them on."""
-        for trial_id, state in self.trials.items():
-            if state.status == "RUNNING":
-                self._end_child(state, "KILLED", "KILLED", trial_id)
-
-    # ---- records, carried out (now or after an outage) by the writer ----
-    def _send(self, record: Record, journaled: bool = False) -> None:
-        self.outbox.send(record, journaled)
-
-    def _log_fallback_summary(
-        self, state: TrialState, trial_id: str, config: dict[str, Any], trial, reason: str
-    ) -> None:
-        """A stand-in summary (sizes from the config, no model built) for a trial that never
-        returned one."""
-        sizes = self.describe(self.resolve(config)) if self.describe is not None else None
-        wall_time_s = (trial.last_result or {}).get("time_total_s")
-        self._send(stand_in_summary(state, trial_id, sizes, wall_time_s, reason))
-
-    def _end_child(
-        self,
-        state: TrialState,
-        status: str,
-        run_status: str,
-        trial_id: str,
-        tags: dict[str, str] | None = None,
-    ) -> None:
-        state.status = status
-        if not tags and state.status_logged == status:
-            tags = {}  # the summary's write set it already
-        else:
-            tags = {**(tags or {}), "sweep.status": status}
-        record = {"op": "end", "trial": trial_id, "tags": tags, "run_status": run_status}
-        self._send({**record, "what": f"end of {trial_id}"})
-
-    def _send_files(self, trial, trial_id: str, member: int | None = None) -> None:
-        """The trial's final model (model.pt with its config) as the child run's ``model/``
-        artifact, and its diagnostics (``sweeps.analysis.plot_diagnostics``: drawn here, on
-        the driver) at the run's root: copied out of Tune's storage now, uploaded through the
-        outbox. ``member``: its position in the pack whose checkpoint holds it (packed sweeps)."""
+    @contextmanager
+    def _local_checkpoint(self, trial) -> Iterator[Path | None]:
+        """The trial's final checkpoint as a local folder while the records copy its model out
+        (Tune's storage may be remote), or None without one or without a place for models."""
         checkpoint = getattr(trial, "checkpoint", None)
         if self.model_dir is None or checkpoint is None:
+            yield None
             return
-        from arith.training.checkpoint import export_model
-        from sweeps.analysis.plot_diagnostics import write_diagnostics
-
-        folder = self.model_dir / trial_id
-        extra = self.model_dir.parent / "diagnostics" / trial_id
         with checkpoint.as_directory() as local:
-            try:
-                export_model(local, folder, member)
-            except Exception as err:  # a model lost must not stop the sweep; say so
-                print(f"warning: no model for {trial_id}: {one_line(err)}", file=sys.stderr)
-                folder = None
-            try:
-                drawn = write_diagnostics(Path(local), extra, member)
-            except Exception as err:  # nor diagnostics lost
-                print(f"warning: no diagnostics for {trial_id}: {one_line(err)}", file=sys.stderr)
-                drawn = []
-        if folder is not None:
-            self._send(
-                {"op": "model", "trial": trial_id, "folder": str(folder),
-                 "what": f"model of {trial_id}"}
-            )  # fmt: skip
-        if drawn:
-            self._send(
-                {"op": "files", "trial": trial_id, "folder": str(extra),
-                 "what": f"diagnostics of {trial_id}"}
-            )  # fmt: skip
+            yield Path(local)
