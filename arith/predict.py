@@ -13,6 +13,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -136,18 +137,29 @@ def encode_prompt_text(fmt: Format, text: str) -> list[int]:
     return ids
 
 
-def problem_ids(fmt, prompt: str) -> tuple[list[int], str | None]:
-    """The prompt's tokens as training wrote them, and why it lies outside training (or None);
-    ValueError with one line for anything that is not a problem of the model's task in its
-    format."""
+class Prompt(NamedTuple):
+    """A prompt as the model reads it."""
+
+    ids: list[int]
+    """Its tokens, as training wrote them."""
+    why: str | None
+    """Why it lies outside training, or None."""
+    n_digits: int
+    """Its longest operand's digits: how long an answer may be (``complete``)."""
+
+
+def problem_ids(fmt, prompt: str) -> Prompt:
+    """The prompt's tokens, why it lies outside training, its width; ValueError with one line
+    for anything that is not a problem of the model's task in its format."""
     operands, op = parse_prompt(fmt, prompt)
     problem = from_ints(fmt.task, [operands], [op])
     encoded = fmt.encode(problem)
-    why = unfamiliar(fmt.task, problem.operand_len[0].tolist())
-    return encoded.tokens[0, : encoded.prompt_len[0]].tolist(), why
+    lengths = problem.operand_len[0].tolist()
+    ids = encoded.tokens[0, : encoded.prompt_len[0]].tolist()
+    return Prompt(ids, unfamiliar(fmt.task, lengths), max(lengths))
 
 
-def prompt_ids(fmt, prompt: str) -> tuple[list[int], str | None]:
+def prompt_ids(fmt, prompt: str) -> Prompt:
     """``problem_ids`` for the command line: one line and exit 2 for a prompt it refuses."""
     try:
         return problem_ids(fmt, prompt)
@@ -155,14 +167,17 @@ def prompt_ids(fmt, prompt: str) -> tuple[list[int], str | None]:
         fail(f"prompt {prompt!r}: {err}")
 
 
-def complete(model: GPT, fmt: Format, ids: list[int], max_new_tokens: int | None = None) -> str:
-    """The model's greedy answer to the prompt tokens ``ids``, decoded; ValueError when the
-    prompt leaves no room in a learned position table."""
+def complete(model: GPT, fmt: Format, prompt: Prompt, max_new_tokens: int | None = None) -> str:
+    """The model's greedy answer to ``prompt``, decoded; ValueError when the prompt leaves no
+    room in a learned position table. Unless ``max_new_tokens`` says otherwise, the answer may
+    run as long as the prompt's operands need (a longer problem than training's has a longer
+    answer: a length-generalising model is never cut at the trained length)."""
+    ids = prompt.ids
     # a learned position table ends at the context length the model was trained with
     room = model.max_seq_len - len(ids)
     if model.cfg.position == "learned" and room < 1:
         raise ValueError(f"longer than the model's {model.max_seq_len}-token context")
-    limit = max_new_tokens or fmt.max_seq_len()
+    limit = max_new_tokens or fmt.max_seq_len(max(prompt.n_digits, fmt.task.n_digits))
     if model.cfg.position == "learned":
         limit = min(limit, room)
     with torch.no_grad():
@@ -185,15 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     model, fmt = load_model(args.model)
     prompts = args.prompts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     # every prompt checked before any answer (or note) is printed
-    checked = [(prompt, *prompt_ids(fmt, prompt)) for prompt in prompts]
-    for prompt, _, why in checked:
-        if why:
-            print(f"note: prompt {prompt!r}: {why}; its answer may be wrong", file=sys.stderr)
-    for prompt, ids, _ in checked:
+    checked = [(text, prompt_ids(fmt, text)) for text in prompts]
+    for text, prompt in checked:
+        if prompt.why:
+            print(f"note: prompt {text!r}: {prompt.why}; its answer may be wrong", file=sys.stderr)
+    for text, prompt in checked:
         try:
-            print(complete(model, fmt, ids, args.max_new_tokens))
+            print(complete(model, fmt, prompt, args.max_new_tokens))
         except ValueError as err:
-            fail(f"prompt {prompt!r}: {err}")
+            fail(f"prompt {text!r}: {err}")
     return 0
 
 

@@ -143,3 +143,32 @@ def test_help_texts_have_no_restructuredtext_backticks(command):
     assert result.returncode == 0, result.stderr
     assert "usage: python -m " + command in result.stdout
     assert "`" not in result.stdout, result.stdout
+
+
+def test_an_answer_may_run_as_long_as_the_prompt_needs(monkeypatch):
+    """A model trained on 2-digit sums asked an 8-digit one: the answer's room follows the
+    prompt (9 digits and EOS), not the trained format's longest sequence, so a
+    length-generalising model is never cut at the trained length."""
+    import torch
+
+    from arith import config as config_lib
+    from arith import predict
+    from arith.model.gpt import GPT
+    from arith.text.formats import build_format
+
+    config = config_lib.load(None, ["task.n_digits=2", "model.position=rope", "model.d_model=16"])
+    fmt = build_format(config.format, config.task)
+    model = GPT(config.model, len(fmt.vocab), fmt.max_seq_len(), fmt.digit_ids)
+    limits = []
+
+    def decode(model, ids, limit, eos_id):
+        limits.append(limit)
+        return torch.zeros((1, 0), dtype=torch.long)
+
+    monkeypatch.setattr(predict, "greedy_decode", decode)
+    prompt = predict.problem_ids(fmt, "12345678 + 99999999 =")
+    assert prompt.n_digits == 8 and prompt.why is not None
+    predict.complete(model, fmt, prompt)
+    assert limits[-1] >= fmt.max_seq_len(8) > fmt.max_seq_len()
+    predict.complete(model, fmt, predict.problem_ids(fmt, "12 + 34 ="))
+    assert limits[-1] == fmt.max_seq_len()

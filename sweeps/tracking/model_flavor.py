@@ -75,8 +75,7 @@ class ArithModel(mlflow.pyfunc.PythonModel):
         answers = []
         for prompt in _prompts(model_input):
             try:
-                ids, _ = problem_ids(self.fmt, prompt)
-                answers.append(complete(self.model, self.fmt, ids))
+                answers.append(complete(self.model, self.fmt, problem_ids(self.fmt, prompt)))
             except ValueError as err:
                 raise MlflowException.invalid_parameter_value(f"prompt {prompt!r}: {err}") from None
         return answers
