@@ -288,8 +288,7 @@ def save_round(spec: SweepSpec, out_dir: Path, round_: int, n_train: int) -> Non
     a --resume then continues this round's Tune experiment with this spec."""
     import json
 
-    from sweeps.analysis.store import STATE_FILE
-    from sweeps.analysis.store import write_atomic
+    from sweeps.analysis.store import STATE_FILE, write_atomic
 
     state = read_state(out_dir)
     state.update(
