@@ -82,22 +82,27 @@ def test_the_commands_stay_few():
     assert len(top) <= 12, top
 
 
+def _foreign_imports(package: str, names: tuple[str, ...], skip: tuple[str, ...] = ()) -> list[str]:
+    """``file: module`` for each import of one of ``names`` (top-level packages) in a sweeps
+    package, lazy imports included."""
+    found = []
+    for path in sorted((SWEEPS / package).rglob("*.py")):
+        if path.name in skip:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = []
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+            found += [f"{path.name}: {m}" for m in modules if m.split(".")[0] in names]
+    return found
+
+
 def test_the_spec_is_data_without_ray_or_mlflow():
     """sweeps/spec/ validates the search-space file; Tune's objects are built in runtime/
-    (sweeps.runtime.tune_space), MLflow is written by tracking/. Lazy imports count too."""
-    found = []
-    for path in sorted((SWEEPS / "spec").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in FOREIGN]
-    assert found == []
-
-
-FOREIGN = ("ray", "optuna", "mlflow")
+    (sweeps.runtime.tune_space), MLflow is written by tracking/."""
+    assert _foreign_imports("spec", ("ray", "optuna", "mlflow")) == []
 
 
 def test_a_sweeps_state_and_checks_import_light():
@@ -119,16 +124,5 @@ def test_a_sweeps_state_and_checks_import_light():
 
 def test_tracking_imports_ray_only_in_its_tune_callback():
     """sweeps/tracking/ is MLflow's; Tune reaches it through one adapter, the callback in
-    tracker.py (``SweepRecords`` in records.py holds the logic). Lazy imports count too."""
-    found = []
-    for path in sorted((SWEEPS / "tracking").rglob("*.py")):
-        if path.name == "tracker.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "ray"]
-    assert found == []
+    tracker.py (``SweepRecords`` in records.py holds the logic)."""
+    assert _foreign_imports("tracking", ("ray",), skip=("tracker.py",)) == []
