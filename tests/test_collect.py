@@ -1,7 +1,8 @@
 """sweeps.analysis.collect and `python -m sweeps.table` against a real MLflow SQLite store.
 
 The store is written by hand with MlflowClient in the layout of sweeps/tracking/records.py and
-writer.py: a parent run (tag sweep.role=parent, artifact spec.yaml) and one nested child run per trial.
+writer.py: a parent run (tag sweep.role=parent, artifact spec.yaml) and one nested child run per
+trial.
 """
 
 from __future__ import annotations

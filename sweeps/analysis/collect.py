@@ -1,9 +1,10 @@
 """MLflow -> trials and curves DataFrames -> tables.md, table.csv, trials.csv and plots.
 
 Reads only MLflow (the layout sweeps/tracking/records.py and writer.py write): the sweep's
-parent run (tag ``sweep.role=parent``) and its nested child runs, one per trial (tag ``mlflow.parentRunId``).
-Params come back as strings; they are turned back into numbers column by column, so a column of
-``"64"``/``"128"`` is an int column and ``"None"`` becomes a missing value.
+parent run (tag ``sweep.role=parent``) and its nested child runs, one per trial (tag
+``mlflow.parentRunId``). Params come back as strings; they are turned back into numbers column
+by column, so a column of ``"64"``/``"128"`` is an int column and ``"None"``
+becomes a missing value.
 """
 
 from __future__ import annotations
