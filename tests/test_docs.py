@@ -45,3 +45,25 @@ def test_the_readme_links_every_docs_page():
     linked = {(README.parent / t.split("#", 1)[0]).resolve() for t in relative_links(README)}
     pages = set((ROOT / "docs").glob("*.md"))
     assert pages <= linked, sorted(str(p.relative_to(ROOT)) for p in pages - linked)
+
+
+def test_every_module_is_at_most_400_lines():
+    long = {
+        str(path.relative_to(ROOT)): n
+        for package in ("arith", "sweeps")
+        for path in (ROOT / package).rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > 400
+    }
+    assert long == {}
+
+
+def test_every_spec_header_is_at_most_30_lines():
+    """A spec's header says what the space shows, its measured time and result and the
+    paper-size command; its history goes to docs/notes/."""
+    long = {}
+    for path in sorted((ROOT / "search_spaces").glob("*.yaml")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        header = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+        if header > 30:
+            long[path.name] = header
+    assert long == {}
