@@ -169,9 +169,9 @@ class PackedAdamW:
                 if plain:
                     self._update(i, plain, lr, decay, cfg.eps)
                 if faster:
-                    # the step of a bias stored divided by mult and multiplied back in the
-                    # forward pass, as it once was: decay (decoupled, scaled by lr) and eps
-                    # (which meets gradients mult times larger there) are divided by mult
+                    # the step of a table stored divided by mult and multiplied back in the
+                    # forward pass, which learns mult times faster: decay (decoupled, scaled by
+                    # lr) and eps (which meets gradients mult times larger there) divided by mult
                     mult = cfg.abacus_bias_lr_mult
                     self._update(i, faster, lr * mult, decay / mult, cfg.eps / mult)
 

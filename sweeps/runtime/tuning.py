@@ -4,12 +4,12 @@ does):
 
 - A fresh actor per trial (``REUSE_ACTORS``): Tune retries a failed trial only while it is
   RUNNING, and a trial waiting for a reused actor's reset is PENDING, so a worker lost in a
-  reset ended its trial in ERROR for good (a chaos run lost one of eight). The cost is a worker's
-  start per trial (docs/resume.md gives ``python -m sweeps.bench``'s figures).
+  reset would end its trial in ERROR for good. The cost is a worker's start per trial
+  (docs/resume.md gives ``python -m sweeps.bench``'s figures).
 - Grid and random search make every trial up front: Tune's variant generator gets no
   ``max_concurrent``. With one it makes trials as others finish, and saves itself apart from the
-  trial list; a driver killed between the two saves left a generator that lost a trial or, on
-  --resume, waited forever. ``sweep.max_concurrent`` is kept by resources instead
+  trial list; a driver killed between the two saves would leave a generator that lost a trial
+  or, on --resume, waited forever. ``sweep.max_concurrent`` is kept by resources instead
   (``TRIAL_SLOT``); Optuna's limit stays Tune's ``max_concurrent_trials``, which wraps it.
 - Enough checkpoints kept (``checkpoints_to_keep``) that none a snapshot of the experiment
   names is gone when a killed driver's sweep resumes.

@@ -189,7 +189,7 @@ class MLflowWriter:
         self.client.update_run(state.run_id, status="RUNNING")
         state.status = "RUNNING"
         # A trial restored after its summary had set its final status: that tag is RUNNING now,
-        # so its end must write the status again (found by tests/test_chaos.py)
+        # so its end must write the status again.
         state.status_logged = None
 
     def _log_metrics(
