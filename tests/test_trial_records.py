@@ -154,3 +154,19 @@ def test_a_pickled_copy_leaves_unsent_writes_behind_and_still_writes(uri):
     copy.trial_reported("t_0", {}, evaluation(10, 0.5))
     (run,) = child_runs(uri).values()
     assert steps(uri, run, "val/exact_match") == [(0, 0.0), (10, 0.5)]
+
+
+def test_a_pack_member_that_finished_keeps_its_end_when_the_pack_errors_later(uri):
+    packs = [[Member(0, {"model.d_model": 16}), Member(1, {"model.d_model": 16})]]
+    records = make_records(uri, packs=packs)
+    config = {PACK_KEY: 0}
+    records.trial_started("abc_00000", config)
+    records.trial_reported("abc_00000", config, {"members": {"0": summary(20)}})
+    records.trial_reported("abc_00000", config, {"members": {"1": evaluation(20, 0.5)}})
+    records.trial_errored("abc_00000", config, error_file="/tmp/error.txt")
+
+    runs = child_runs(uri)
+    finished, failed = runs["abc_00000"], runs["abc_00001"]
+    assert (finished.info.status, finished.data.tags["sweep.status"]) == ("FINISHED", "TERMINATED")
+    assert finished.data.metrics["n_params"] == 100  # its own summary, not a stand-in
+    assert (failed.info.status, failed.data.tags["sweep.status"]) == ("FAILED", "ERROR")

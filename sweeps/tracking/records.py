@@ -238,13 +238,21 @@ class SweepRecords:
         config: dict[str, Any],
         last_result: dict | None = None,
         error_file: str | None = None,
+        checkpoint: Path | None = None,
     ) -> None:
         """A trial failed (``error_file``: where Tune keeps its traceback); one that failed
-        before it started still gets its child run."""
-        for unit_id, unit_config, _ in self.units(trial_id, config):
+        before it started still gets its child run. A pack's member that had finished (its
+        summary in) keeps its end, and its model from ``checkpoint``: the pack's error came
+        after it."""
+        for unit_id, unit_config, i in self.units(trial_id, config):
             if unit_id not in self.trials:
                 self._start(unit_id, unit_config, None)
             state = self.trials[unit_id]
+            if i is not None and state.summary:
+                if checkpoint is not None:
+                    self._send_files(checkpoint, unit_id, i)
+                self._end_child(state, final_status(state.stopped_reason), "FINISHED", unit_id)
+                continue
             if not state.summary:
                 self._log_fallback_summary(state, unit_id, unit_config, last_result, "error")
             tags = {"sweep.error_file": error_file or ""}

@@ -62,7 +62,8 @@ class MLflowTracker(SweepRecords, Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         error_file = str(getattr(trial, "error_file", None) or "")
-        self.trial_errored(trial.trial_id, trial.config, trial.last_result, error_file)
+        with self._local_checkpoint(trial) as local:
+            self.trial_errored(trial.trial_id, trial.config, trial.last_result, error_file, local)
 
     def on_experiment_end(self, trials: list, **info) -> None:
         self.outbox.flush()
