@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from arith.cli import one_line
+from sweeps.analysis.store import folder_bytes
 from sweeps.runtime.interrupt import CtrlC
 from sweeps.runtime.report import best_trial, held_out_figures, print_summary
 from sweeps.spec.sweep_spec import SweepSpec
@@ -37,6 +38,7 @@ def finish(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, fl
             if written is None:
                 return 1
             status = "FINISHED"
+            prune_checkpoints(results)
     except KeyboardInterrupt:
         status = "KILLED"
         return _stopped(spec, tracker, out_dir, time.perf_counter() - start + timings["startup"])
@@ -78,6 +80,26 @@ def _write_outputs(spec: SweepSpec, tracker, out_dir: Path) -> dict[str, Any] | 
         print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
         return None
     return {"trials": trials, "axes": axes, "best": best, "ui": ui}
+
+
+def prune_checkpoints(results) -> int:
+    """Delete the checkpoints of a finished sweep's trials that ended well, but each trial's
+    last (its models are in MLflow; a finished sweep resumes nothing, and an --extend trains
+    in a Tune experiment of its own); errored trials keep theirs for a --resume that restarts
+    them. Local storage only. Returns the bytes freed."""
+    import shutil
+
+    freed = 0
+    for result in results:
+        trial_dir = Path(str(getattr(result, "path", "") or ""))
+        if result.error is not None or result.checkpoint is None or not trial_dir.is_dir():
+            continue
+        last = Path(result.checkpoint.path).name
+        for folder in trial_dir.glob("checkpoint_*"):
+            if folder.is_dir() and folder.name != last:
+                freed += folder_bytes(folder)
+                shutil.rmtree(folder, ignore_errors=True)
+    return freed
 
 
 def _read_back(spec: SweepSpec, tracker):

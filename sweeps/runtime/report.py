@@ -51,7 +51,7 @@ def _report(spec, out_dir: Path, uri: str, parent_id: str, seconds: float, error
         "",
         f"sweep {spec.name}: done in {seconds:.0f} s"
         + (f", {errors} trial(s) errored" if errors else ""),
-        f"outputs:        {out_dir}",
+        f"outputs:        {out_dir} ({_megabytes(out_dir)} MB)",
         f"mlflow:         {uri}  (experiment {spec.name!r}, parent run {parent_id})",
         f"mlflow ui:      mlflow ui --backend-store-uri {uri}",
         f"table again:    python -m sweeps.table {out_dir} --tracking-uri {uri}",
@@ -165,3 +165,10 @@ def _redone_line(redone: dict[str, float]) -> str:
         f"restored from checkpoints: {redone['trials']} trial(s), redid {redone['steps']} steps "
         f"(~{redone['seconds']:.1f} s of training) logged before the driver or worker died"
     )
+
+
+def _megabytes(folder: Path) -> str:
+    """The folder's size on disk, for the summary: what a finished sweep leaves behind."""
+    from sweeps.analysis.store import folder_bytes
+
+    return f"{folder_bytes(folder) / 1e6:.1f}" if folder.is_dir() else "0"
