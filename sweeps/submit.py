@@ -21,6 +21,7 @@ from sweeps.cluster.jobs import (
     job_address,
     job_client,
     job_entrypoint,
+    job_env,
     stream_logs,
 )
 from sweeps.spec.sweep_spec import load_spec
@@ -55,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     address = job_address(args.address)
     auth.use_token("--address", address, auth.http_wants_token(address))
     client = job_client(address)
-    job_id = client.submit_job(entrypoint=entrypoint, runtime_env=project_runtime_env())
+    runtime_env = project_runtime_env()
+    if env := job_env(args):
+        runtime_env["env_vars"] = env
+    job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env)
     print(f"submitted job {job_id}: {entrypoint}", file=sys.stderr)
     if args.no_wait:
         print(job_id)

@@ -284,7 +284,7 @@ def test_templates_are_well_formed():
     """Not run: no Kubernetes or Slurm here. The RayJob has what KubeRay reads, its entrypoint
     is this project's command with a cluster-wide storage, and the Slurm script parses."""
     deploy = ROOT / "sweeps" / "cluster" / "deploy"
-    job = yaml.safe_load((deploy / "kuberay-rayjob.yaml").read_text())
+    job, policy = yaml.safe_load_all((deploy / "kuberay-rayjob.yaml").read_text())
     assert job["apiVersion"].startswith("ray.io/") and job["kind"] == "RayJob"
     spec = job["spec"]
     entry = spec["entrypoint"]
@@ -297,11 +297,21 @@ def test_templates_are_well_formed():
     worker = workers[0]["template"]["spec"]["containers"][0]
     assert "nvidia.com/gpu" in worker["resources"]["limits"]
     assert (ROOT / entry.split()[3]).is_file()  # the spec it names exists
+    # safe by default: every pod authenticates with the Secret's token, and a NetworkPolicy
+    # lets only the job's own pods (and the operator) reach the head
+    for container in (head, worker):
+        env = {e["name"]: e for e in container["env"]}
+        assert env["RAY_AUTH_MODE"]["value"] == "token"
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "ray-auth-token"
+    assert policy["kind"] == "NetworkPolicy" and policy["spec"]["policyTypes"] == ["Ingress"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector == {"ray.io/originated-from-cr-name": job["metadata"]["name"]}
     script = deploy / "slurm-sweep.sh"
     check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     text = script.read_text()
     assert "#SBATCH" in text and "ray start --head" in text and "python -m sweeps.run" in text
+    assert "export RAY_AUTH_MODE=token" in text and "export RAY_AUTH_TOKEN" in text
 
 
 def test_ray_job_submit_by_hand_runs_the_sweep(cluster, tmp_path):

@@ -47,3 +47,19 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 def folder_bytes(folder: Path) -> int:
     """The bytes of every file under ``folder``."""
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def masked(uri: str) -> str:
+    """``uri`` as it may be printed: a password in it (``http://user:secret@host``) shown as
+    ``***``; anything else unchanged."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = f"{parts.username}:***@{parts.netloc.rsplit('@', 1)[1]}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def has_credentials(uri: str) -> bool:
+    return masked(uri) != uri

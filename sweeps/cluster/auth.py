@@ -11,6 +11,7 @@ Ray looks for it.
 from __future__ import annotations
 
 import os
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -69,6 +70,8 @@ def gcs_wants_token(address: str) -> bool:
 def use_token(field: str, address: str, wanted: bool) -> None:
     """Send the token from now on (this process and its children) when the cluster wants one
     and the mode is not set; ConfigError (one line) when none is at hand."""
+    if wanted:
+        warn_plain_http(address)
     if not wanted or os.environ.get(MODE_ENV, "").lower() == "token":
         if wanted and not token_available():
             raise ConfigError(field, _missing(address))
@@ -81,6 +84,24 @@ def use_token(field: str, address: str, wanted: bool) -> None:
     from sweeps.cluster import tunefix
 
     tunefix.reread_ray_config()  # a Ray already imported has read its config: read the mode
+
+
+def warn_plain_http(address: str) -> bool:
+    """One line on stderr when the token would cross the network unencrypted: plain
+    ``http://`` to an address that is not this machine's loopback. True if it warned."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address)
+    host = parts.hostname or ""
+    local = host == "localhost" or host.startswith("127.") or host == "::1"
+    if parts.scheme != "http" or local:
+        return False
+    print(
+        f"warning: the Ray token goes to {parts.scheme}://{parts.netloc} unencrypted (plain "
+        "http); use https:// (a TLS proxy in front of the dashboard) or an SSH tunnel to it",
+        file=sys.stderr,
+    )
+    return True
 
 
 def _missing(address: str) -> str:

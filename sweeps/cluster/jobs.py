@@ -39,14 +39,16 @@ def job_entrypoint(args: argparse.Namespace) -> str:
             "spec",
             f"{args.spec!r} is outside the project {PROJECT_ROOT}, which is what is uploaded",
         )
-    from sweeps.analysis.store import default_tracking_uri
+    from sweeps.analysis.store import default_tracking_uri, has_credentials
 
     command = ["python", "-m", "sweeps.run", str(spec.relative_to(PROJECT_ROOT))]
     command += ["--address", "auto"]
     for override in args.overrides:
         command += ["--set", override]
     command += ["--out", str(Path(args.out or "results").resolve())]
-    command += ["--tracking-uri", args.tracking_uri or default_tracking_uri()]
+    uri = args.tracking_uri or default_tracking_uri()
+    if not has_credentials(uri):  # else it travels in the job's environment (job_env)
+        command += ["--tracking-uri", uri]
     if args.storage:
         command += ["--storage", args.storage]
     if args.storage_shared:
@@ -55,6 +57,15 @@ def job_entrypoint(args: argparse.Namespace) -> str:
         if getattr(args, flag, False):
             command.append(f"--{flag}")
     return shlex.join(command)
+
+
+def job_env(args: argparse.Namespace) -> dict[str, str]:
+    """Environment variables of the job: a tracking URI with credentials in it goes here
+    (the driver reads MLFLOW_TRACKING_URI), never into the command line Ray shows."""
+    from sweeps.analysis.store import has_credentials
+
+    uri = args.tracking_uri or ""
+    return {"MLFLOW_TRACKING_URI": uri} if has_credentials(uri) else {}
 
 
 def job_client(address: str):

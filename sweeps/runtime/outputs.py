@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from arith.cli import one_line
-from sweeps.analysis.store import folder_bytes
+from sweeps.analysis.store import folder_bytes, masked
 from sweeps.runtime.interrupt import CtrlC
 from sweeps.runtime.report import best_trial, held_out_figures, print_summary
 from sweeps.spec.sweep_spec import SweepSpec
@@ -137,7 +137,7 @@ def _stopped(spec: SweepSpec, tracker, out_dir: Path, seconds: float) -> int:
     else:
         print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
     command = ["python", "-m", "sweeps.run", str(out_dir / "spec.yaml"), "--out"]
-    command += [str(out_dir.parent), "--tracking-uri", tracker.tracking_uri, "--resume"]
+    command += [str(out_dir.parent), "--tracking-uri", masked(tracker.tracking_uri), "--resume"]
     print(
         f"sweep {spec.name}: stopped after {seconds:.0f} s (Ctrl-C) with {finished} of "
         f"{space.n_trials(spec)} trials finished; nothing is lost. Finish it with:\n"
@@ -193,14 +193,15 @@ def _log_key_figures(
     name = client.get_run(parent_id).info.run_name or s.name
     ui.save_view(client, experiment_id, parent_id, f"sweep {name}", state)
     uri = tracker.tracking_uri
-    base = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    base = masked(uri) if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
     return ui.ui_address(base, experiment_id, parent_id)
 
 
 def _undelivered(tracker, out_dir: Path) -> str:
     outbox = tracker.outbox
     return (
-        f"mlflow at {tracker.tracking_uri} still unreachable {tracker.drain_timeout_s:.0f} s "
-        f"after the sweep ({outbox.last_error}); {len(outbox.pending)} writes not delivered, "
-        f"kept in {outbox.journal}: run again with --resume once it is back"
+        f"mlflow at {masked(tracker.tracking_uri)} still unreachable "
+        f"{tracker.drain_timeout_s:.0f} s after the sweep ({outbox.last_error}); "
+        f"{len(outbox.pending)} writes not delivered, kept in {outbox.journal}: run again "
+        "with --resume once it is back"
     )

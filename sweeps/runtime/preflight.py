@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from arith.cli import one_line
-from sweeps.analysis.store import sqlite_file
+from sweeps.analysis.store import masked, sqlite_file
 from sweeps.runtime.state import SweepError
 from sweeps.spec.sweep_spec import SweepSpec
 
@@ -81,7 +81,8 @@ def check_store(tracking_uri: str) -> None:
         except Exception as err:  # whatever it is, the sweep cannot log
             reason = one_line(err, 200)
             raise SweepError(
-                f"--tracking-uri: cannot reach the MLflow server at {tracking_uri} ({reason}); "
+                f"--tracking-uri: cannot reach the MLflow server at {masked(tracking_uri)} "
+                f"({reason}); "
                 "start it or pass another --tracking-uri"
             ) from None
     elif (db := sqlite_file(tracking_uri)) is not None and not db.parent.is_dir():

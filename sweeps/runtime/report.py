@@ -45,6 +45,9 @@ def print_summary(
 
 
 def _report(spec, out_dir: Path, uri: str, parent_id: str, seconds: float, errors: int) -> str:
+    from sweeps.analysis.store import masked
+
+    uri = masked(uri)  # a password in it is never printed
     table = (out_dir / "table.md").read_text() if (out_dir / "table.md").exists() else ""
     lines = [
         table.rstrip(),
@@ -138,6 +141,7 @@ def _best_lines(
 
     from arith.config import from_dict
     from arith.text.formats import build_format
+    from sweeps.analysis.store import masked
     from sweeps.tracking.writer import run_name
 
     swept = " ".join(f"{k}={best[k]}" for k in axes if k in best)
@@ -148,7 +152,7 @@ def _best_lines(
         config = from_dict(yaml.safe_load(saved.read_text(encoding="utf-8")))
         example = build_format(config.format, config.task).example_prompt()
     command = ["python", "-m", "sweeps.predict", f"runs:/{best['run_id']}"]
-    command += ["--tracking-uri", uri, example]
+    command += ["--tracking-uri", masked(uri), example]
     return "\n".join(
         [
             f"best trial:     {run_name(spec.name, str(best['trial_id']))} "

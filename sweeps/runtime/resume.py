@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from sweeps.analysis.store import STATE_FILE
+from sweeps.analysis.store import STATE_FILE, masked
 from sweeps.runtime.state import SweepError, experiment_dir, read_state, tune_name
 from sweeps.spec.sweep_spec import SweepSpec
 
@@ -126,7 +126,7 @@ def _find_parent(name: str, out_dir: Path, tracking_uri: str):
         parent = newest_parent(client, experiment.experiment_id, unfinished=True)
     if parent is None:
         raise SweepError(
-            f"--resume: no unfinished sweep {name!r} in MLflow at {tracking_uri} "
+            f"--resume: no unfinished sweep {name!r} in MLflow at {masked(tracking_uri)} "
             "(use the --tracking-uri of the first run)"
         )
     return parent
@@ -146,15 +146,18 @@ def saved_parent(
         if err.error_code != "RESOURCE_DOES_NOT_EXIST":
             reason = " ".join(str(err.message).split())[:200]
             raise SweepError(
-                f"{flag}: cannot read parent run {run_id} from MLflow at {tracking_uri} ({reason})"
+                f"{flag}: cannot read parent run {run_id} from MLflow at {masked(tracking_uri)} "
+                f"({reason})"
             ) from None
         run = None
     if run is None or run.info.lifecycle_stage == "deleted":
         first = state.get("tracking_uri")
-        logged = f" (the first run logged to {first})" if first and first != tracking_uri else ""
+        logged = (
+            f" (the first run logged to {masked(first)})" if first and first != tracking_uri else ""
+        )
         raise SweepError(
             f"{flag}: parent run {run_id}, named in {saved}, is not in MLflow at "
-            f"{tracking_uri}{logged}; pass the --tracking-uri of the store that holds it, "
+            f"{masked(tracking_uri)}{logged}; pass the --tracking-uri of the store that holds it, "
             "or start over with --overwrite"
         )
     return run

@@ -23,6 +23,12 @@ PORT=${RAY_PORT:-6379}
 
 source .venv/bin/activate
 
+# Token authentication (Ray >= 2.60): the head and every worker of this allocation get the
+# token through srun's environment; a process without it cannot submit work to the cluster.
+export RAY_AUTH_MODE=token
+RAY_AUTH_TOKEN=$(python -c "import secrets; print(secrets.token_hex(32))")
+export RAY_AUTH_TOKEN
+
 mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 HEAD=${NODES[0]}
 HEAD_IP=$(srun --nodes=1 --ntasks=1 -w "$HEAD" hostname --ip-address | awk '{print $1}')
