@@ -45,6 +45,43 @@ def test_code_fingerprint_is_the_version_and_a_hash_of_arith():
     assert version and len(digest) == 12 and int(digest, 16) >= 0
 
 
+def test_code_fingerprint_follows_torchs_version(monkeypatch):
+    from sweeps.spec import identity
+
+    before = code_fingerprint()
+    real = identity.metadata.version
+    monkeypatch.setattr(
+        identity.metadata, "version", lambda name: "0.0.1" if name == "torch" else real(name)
+    )
+    code_fingerprint.cache_clear()
+    try:
+        assert code_fingerprint() != before
+    finally:
+        monkeypatch.undo()
+        code_fingerprint.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("status", "tags", "whole"),
+    [
+        ("FINISHED", {"sweep.status": "TERMINATED", "sweep.stopped_reason": "max_steps"}, True),
+        ("FINISHED", {"sweep.status": "EARLY_STOPPED", "sweep.stopped_reason": "early_stopping",
+                      "sweep.summary": "train"}, True),
+        # cut short by ASHA or the time budget: FINISHED with a stand-in summary
+        ("FINISHED", {"sweep.status": "EARLY_STOPPED", "sweep.stopped_reason": "scheduler",
+                      "sweep.summary": "stand-in"}, False),
+        ("FINISHED", {"sweep.status": "TERMINATED", "sweep.stopped_reason": "time_budget",
+                      "sweep.summary": "stand-in"}, False),
+        ("FAILED", {"sweep.status": "ERROR", "sweep.stopped_reason": "error"}, False),
+        ("RUNNING", {"sweep.status": "RUNNING"}, False),
+    ],
+)  # fmt: skip
+def test_only_a_trial_that_ran_to_its_end_is_reused(status, tags, whole):
+    from sweeps.runtime.extend import ran_to_its_end
+
+    assert ran_to_its_end(status, tags) is whole
+
+
 def _wanted(*keys: str) -> list[tuple[dict, str]]:
     return [({"model.d_model": i}, key) for i, key in enumerate(keys)]
 

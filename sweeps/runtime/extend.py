@@ -4,7 +4,8 @@ one more seed), trains only the trials it has not finished before.
 A trial of the new spec is *the same* as a child run of the sweep's parent when both have the
 same resolved run config and the same ``arith`` code (``sweeps.spec.identity``, tags of every
 child run). A finished child run (MLflow status FINISHED: ``sweep.status`` TERMINATED,
-DIVERGED or EARLY_STOPPED; not ERROR, not cut off by a killed driver) is reused as it is: it
+DIVERGED or EARLY_STOPPED with train()'s own summary; not ERROR, not cut off by a killed
+driver, ASHA or the time budget) is reused as it is: it
 stays under the same parent run, reopened, and is never written to again, so no metric step is
 logged twice. Across a code change it is reused only with ``--reuse-stale``, which the tables'
 caption then says (``sweeps.spec.identity.code_note``).
@@ -139,6 +140,16 @@ def wanted_trials(spec: SweepSpec) -> list[tuple[dict[str, Any], str]]:
     return [(p, config_key(resolve_run_config(spec.base, p, spec.derived))) for p in points]
 
 
+def ran_to_its_end(run_status: str, tags: dict[str, str]) -> bool:
+    """Whether a child run holds a whole trial: FINISHED, not ERROR, and with train()'s own
+    summary (a trial cut short by ASHA or the time budget ends FINISHED with a stand-in one)."""
+    from sweeps.tracking.state import is_real_summary
+
+    return (
+        run_status == "FINISHED" and tags.get("sweep.status") != "ERROR" and is_real_summary(tags)
+    )
+
+
 def read_children(tracking_uri: str, parent_id: str) -> list[ChildRun]:
     """Every child run of the parent, those left out by an earlier --extend included."""
     from mlflow import MlflowClient
@@ -155,7 +166,7 @@ def read_children(tracking_uri: str, parent_id: str) -> list[ChildRun]:
                 trial_id=tags.get("sweep.trial_id", run.info.run_id),
                 key=tags.get(CONFIG_KEY_TAG),
                 code=tags.get(CODE_TAG),
-                finished=run.info.status == "FINISHED" and tags.get("sweep.status") != "ERROR",
+                finished=ran_to_its_end(run.info.status, tags),
                 left_out=tags.get(LEFT_OUT_TAG),
             )
         )

@@ -36,20 +36,25 @@ def config_key(run_config) -> str:
 
 @functools.cache
 def code_fingerprint() -> str:
-    """``arith``'s version and the sha256 (12 hex) of its ``.py`` files, path and content, in
-    path order; computed once per process."""
+    """``arith``'s version and the sha256 (12 hex) of torch's version and of arith's ``.py``
+    files, path and content, in path order; computed once per process."""
     import arith
 
     root = Path(arith.__file__).resolve().parent
     digest = hashlib.sha256()
+    # The same code on another torch may train differently (kernels, defaults): part of it.
+    digest.update(f"torch {_version('torch')}".encode() + b"\0")
     for path in sorted(root.rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
         digest.update(path.read_bytes() + b"\0")
+    return f"{_version(DISTRIBUTION)}+{digest.hexdigest()[:12]}"
+
+
+def _version(distribution: str) -> str:
     try:
-        version = metadata.version(DISTRIBUTION)
+        return metadata.version(distribution)
     except metadata.PackageNotFoundError:  # a checkout used without installing it
-        version = "unknown"
-    return f"{version}+{digest.hexdigest()[:12]}"
+        return "unknown"
 
 
 def identity_tags(run_config) -> dict[str, str]:
