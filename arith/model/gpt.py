@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from arith.errors import require
-from arith.model import positions
+from arith.model import legacy, positions
 from arith.model.attention import attention
 from arith.model.kv_cache import KVCache
 from arith.model.members import MemberEmbedding, MemberLayerNorm, MemberLinear, member_dropout
@@ -146,7 +146,7 @@ class CausalSelfAttention(nn.Module):
                 cfg.abacus_bias_window,
                 cfg.head_dim if cfg.abacus_bias_values else 0,
             )
-            self.register_load_state_dict_pre_hook(positions.rename_old_abacus_bias)
+            self.register_load_state_dict_pre_hook(legacy.rename_old_abacus_bias)
         self.qkv = MemberLinear(members, cfg.d_model, 3 * cfg.d_model, cfg.bias)
         self.proj = MemberLinear(members, cfg.d_model, cfg.d_model, cfg.bias)
 

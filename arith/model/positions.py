@@ -143,17 +143,3 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate each pair of halves of ``x`` (B, nh, T, hs) by its position's angle."""
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
-
-
-OLD_ROW_BIAS_GAIN = 10.0
-"""What checkpoints that name the table ``row_bias`` multiplied it by in the forward pass (a
-hidden learning-rate multiplier, now ``optim.abacus_bias_lr_mult``)."""
-
-
-def rename_old_abacus_bias(module, state_dict, prefix, *_) -> None:
-    """A load hook of the attention layer: checkpoints saved before ``AbacusBias`` was a module
-    of its own name its table ``<attn>.row_bias`` and stored it divided by
-    ``OLD_ROW_BIAS_GAIN``; load them as the bias itself under the current name."""
-    old = prefix + "row_bias"
-    if old in state_dict:
-        state_dict[prefix + "abacus_bias.table"] = OLD_ROW_BIAS_GAIN * state_dict.pop(old)
