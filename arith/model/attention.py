@@ -38,8 +38,8 @@ def attention(
         bias = bias.masked_fill(~causal_mask(T, t_past, q.device), float("-inf")).to(q.dtype)
     # The explicit matmuls where the fused kernel does not serve: it returns no weights (the
     # relative values read them), it takes one dropout rate (a pack's members may differ), and
-    # on CPU under bf16 autocast it is slower than plain matmuls at these sizes (forward and
-    # backward of 256 x 4 heads x 9 tokens x 32: 7.4 ms against 2.7 ms, torch 2.13).
+    # on CPU under bf16 autocast it is slower than plain matmuls at these sizes (measured in
+    # docs/notes/kernels.md).
     cpu_bf16 = q.device.type == "cpu" and torch.is_autocast_enabled("cpu")
     if relative_values is not None or len(set(rates)) > 1 or cpu_bf16:
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, nh, T, S)
