@@ -170,9 +170,11 @@ class CausalSelfAttention(nn.Module):
         if rope is not None:
             q, k = positions.apply_rope(q, *rope), positions.apply_rope(k, *rope)
         if self.cfg.log_length_attention:  # the query at position t sees t + 1 keys
+            # in fp32 whatever autocast does: bf16 holds integers exactly only to 256 (257
+            # keys read as 256) and its log to 3 significant digits
             t = cache.length
-            n_keys = torch.arange(t + 1, t + T + 1, device=x.device, dtype=q.dtype)
-            q = q * n_keys.log()[:, None]
+            n_keys = torch.arange(t + 1, t + T + 1, device=x.device, dtype=torch.float32)
+            q = (q.float() * n_keys.log()[:, None]).to(q.dtype)
         k, v = cache.write(layer, k, v)  # (B, nh, S, hs), S = cache.length + T
         bias = relative_values = None
         if differences is not None:

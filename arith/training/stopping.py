@@ -20,6 +20,10 @@ class LoopState:
     step: int = 0
     last_report_step: int = -1
     best: float | None = None
+    """The monitor's best value so far, whatever ``min_delta`` is (``best/<monitor>``)."""
+    patience_best: float | None = None
+    """The value patience counts from: the last one that beat its predecessor by more than
+    ``min_delta``. It lags ``best`` when small gains add up without one counting."""
     evals_without_improvement: int = 0
     steps_to_100pct: int | None = None
     steps_to_threshold: int | None = None
@@ -54,8 +58,12 @@ class LoopState:
         if value is None:
             return None
         sign = 1.0 if tc.higher_is_better else -1.0
-        if self.best is None or sign * (value - self.best) > tc.min_delta:
-            self.best, self.evals_without_improvement = value, 0
+        # a checkpoint from before ``patience_best`` kept that value in ``best``
+        reference = self.best if self.patience_best is None else self.patience_best
+        if self.best is None or sign * (value - self.best) > 0:
+            self.best = value
+        if reference is None or sign * (value - reference) > tc.min_delta:
+            self.patience_best, self.evals_without_improvement = value, 0
         else:
             self.evals_without_improvement += 1
         if step < tc.min_steps:
