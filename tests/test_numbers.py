@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
+from arith.evaluation.evaluate import evaluate_set
 from arith.model import gpt
 from arith.model.gpt import CausalSelfAttention, ModelConfig
 from arith.model.kv_cache import KVCache
+from arith.problems.tasks import TaskConfig, from_ints
+from arith.text.formats import FormatConfig, build_format
 from arith.training.stopping import LoopState
 from arith.training.trainconf import TrainConfig
 
@@ -63,3 +67,49 @@ def test_log_length_scale_is_fp32_under_bf16_autocast(monkeypatch):
     expected = torch.tensor(math.log(257.0)).to(q.dtype)
     assert torch.equal(q[0, 0, -1], expected.expand(4))
     assert torch.equal(q[0, 0, 0], torch.zeros(4, dtype=q.dtype))  # log(1): the first sees itself
+
+
+class Learned(torch.nn.Module):
+    """A stand-in for a model that learned what its loss trained and nothing else: after a
+    true prefix it predicts the true next token where the loss mask counts that target, and
+    PAD everywhere else (the untrained first answer tokens among them)."""
+
+    def __init__(self, encoded, loss_mask: np.ndarray, pad_id: int, vocab_size: int) -> None:
+        super().__init__()
+        self.pad_id, self.vocab_size = pad_id, vocab_size
+        self.next = {}
+        for row, mask in zip(encoded.tokens.tolist(), loss_mask, strict=True):
+            for t in np.flatnonzero(mask):  # target t + 1, read after tokens[: t + 1]
+                self.next[tuple(row[: t + 1])] = row[t + 1]
+
+    def forward(self, idx: torch.Tensor, cache=None, reserve: int = 0):
+        seen = idx if cache is None else torch.cat([cache, idx], dim=1)
+        new = idx.shape[1]
+        logits = torch.zeros(idx.shape[0], new, self.vocab_size)
+        for b, row in enumerate(seen.tolist()):
+            for i in range(new):
+                prefix = tuple(row[: len(row) - new + i + 1])
+                logits[b, i, self.next.get(prefix, self.pad_id)] = 1.0
+        return logits, seen
+
+
+def test_exact_match_scores_only_the_answer_tokens_the_loss_trains():
+    task = TaskConfig(name="addition", n_digits=3, operand_lengths="fixed")
+    fmt = build_format(FormatConfig(name="plain", mask_first_n=1), task)
+    problems = from_ints(task, [[123, 456], [999, 999], [500, 700]])  # "579", "1998", "1200"
+    encoded = fmt.encode(problems)
+    model = Learned(encoded, encoded.loss_mask(1), fmt.pad_id, len(fmt.vocab))
+    scores = evaluate_set(model, fmt, problems, torch.device("cpu"))
+    assert scores["token_accuracy"] == 1.0  # teacher forced: every trained token right
+    assert scores["exact_match"] == 1.0  # generated: the untrained first token is fed in
+
+
+def test_a_model_wrong_on_trained_tokens_still_fails_exact_match_with_a_mask():
+    task = TaskConfig(name="addition", n_digits=3, operand_lengths="fixed")
+    fmt = build_format(FormatConfig(name="plain", mask_first_n=1), task)
+    problems = from_ints(task, [[123, 456]])
+    encoded = fmt.encode(problems)
+    mask = encoded.loss_mask(1)
+    mask[0, np.flatnonzero(mask[0])[-1]] = False  # it never learned to end (EOS)
+    model = Learned(encoded, mask, fmt.pad_id, len(fmt.vocab))
+    assert evaluate_set(model, fmt, problems, torch.device("cpu"))["exact_match"] == 0.0

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from arith.model.gpt import GPT
 from arith.problems import carries, tasks
 from arith.problems.tasks import Problems
-from arith.text.formats import Format
+from arith.text.formats import Encoded, Format
 
 # MLflow metric names allow letters, digits, "_", "-", ".", " " and "/": operators get names.
 OP_NAMES = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "mod", "/": "div"}
@@ -54,22 +54,44 @@ def generate_ids(
     device: torch.device,
     batch_size: int = 256,
     max_new_tokens: int | None = None,
+    reference: Format | None = None,
 ) -> np.ndarray:
     """The model's greedy continuation of each problem's prompt, (N, max_new_tokens) token ids.
 
     The default budget is the longest expected answer plus one token, so a row that repeats the
     answer or never ends is seen to run past it.
+
+    The answer tokens the training loss never sees (``format.mask_first_n`` of ``reference``,
+    default ``fmt``) are fed in after the prompt, as teacher forcing feeds them, and stand
+    first in the row: greedy decoding then scores only what the model was trained to write.
     """
+    reference = reference or fmt
     encoded = fmt.encode(problems)
-    limit = max_new_tokens or int(encoded.answer_len.max()) + 1
+    answers = reference.encode(problems)
+    limit = max_new_tokens or int(answers.answer_len.max()) + 1
+    # EOS is always the model's own: a row whose mask covers its whole answer still must end
+    forced = np.minimum(reference.config.mask_first_n, answers.answer_len - 1)
     generated = np.empty((len(problems), limit), dtype=np.int64)
-    for length in np.unique(encoded.prompt_len):
-        rows = np.flatnonzero(encoded.prompt_len == length)
+    groups = np.unique(np.stack([encoded.prompt_len, forced], axis=1), axis=0)
+    for length, n in groups.tolist():  # prompts of one length, the same tokens fed in
+        rows = np.flatnonzero((encoded.prompt_len == length) & (forced == n))
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
-            prompts = torch.from_numpy(encoded.tokens[chunk, :length]).to(device)
-            generated[chunk] = greedy_decode(model, prompts, limit, fmt.eos_id).cpu().numpy()
+            given = _answer_prefix(answers, chunk, n)  # (len(chunk), n)
+            prompts = np.concatenate([encoded.tokens[chunk, :length], given], axis=1)
+            generated[chunk, :n] = given[:, :limit]
+            if n < limit:
+                out = greedy_decode(
+                    model, torch.from_numpy(prompts).to(device), limit - n, fmt.eos_id
+                )
+                generated[chunk, n:] = out.cpu().numpy()
     return generated
+
+
+def _answer_prefix(encoded: Encoded, rows: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` answer tokens of ``rows`` (n <= each row's answer length), (rows, n)."""
+    columns = encoded.prompt_len[rows, None] + np.arange(n)[None, :]
+    return np.take_along_axis(encoded.tokens[rows], columns, axis=1)
 
 
 @torch.no_grad()
@@ -154,6 +176,8 @@ def evaluate_set(
     a model trained on plain and shown spaced prompts (seed 000's OOD set) must still answer in
     plain for ``exact_match``, while ``normalised_match`` accepts any spacing. Both need an
     answer that ends with EOS and holds no PAD (``well_formed``); exact match compares token ids.
+    With ``format.mask_first_n``, the answer tokens the loss skips are fed in, not generated
+    (``generate_ids``), as ``teacher_forced`` skips them: both score what training trained.
     """
     was_training = model.training
     model.eval()
@@ -161,7 +185,7 @@ def evaluate_set(
     if reference.vocab != fmt.vocab:
         raise ValueError("exact match compares token ids: the formats must share a vocabulary")
     expected = reference.answer_text(problems)
-    generated = generate_ids(model, fmt, problems, device, batch_size)
+    generated = generate_ids(model, fmt, problems, device, batch_size, reference=reference)
     got = [fmt.decode(ids) for ids in generated]
     ended = well_formed(generated, fmt)
     exact = exact_matches(generated, answer_ids(reference, problems), fmt)
