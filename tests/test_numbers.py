@@ -12,6 +12,7 @@ from arith.evaluation.evaluate import evaluate_set
 from arith.model import gpt
 from arith.model.gpt import CausalSelfAttention, ModelConfig
 from arith.model.kv_cache import KVCache
+from arith.problems import tasks
 from arith.problems.tasks import TaskConfig, from_ints
 from arith.text.formats import FormatConfig, build_format
 from arith.training.stopping import LoopState
@@ -113,3 +114,30 @@ def test_a_model_wrong_on_trained_tokens_still_fails_exact_match_with_a_mask():
     mask[0, np.flatnonzero(mask[0])[-1]] = False  # it never learned to end (EOS)
     model = Learned(encoded, mask, fmt.pad_id, len(fmt.vocab))
     assert evaluate_set(model, fmt, problems, torch.device("cpu"))["exact_match"] == 0.0
+
+
+def test_enumerated_multi_op_sets_follow_the_operation_weights_as_sampled_ones_do():
+    from arith.data.dataset import DataConfig, build_dataset
+
+    weights = (0.05, 0.10, 0.20, 0.30, 0.35)
+    task = TaskConfig(name="multi_op", n_digits=2, op_weights=weights)
+    assert tasks.space_size(task) is not None  # enumerated
+    data = DataConfig(val_size=1000, test_size=2000)
+    dataset = build_dataset(task, FormatConfig(name="carry_trace"), data, seed=0)
+    for name, size in (("val", 1000), ("test", 2000)):
+        counts = np.bincount(dataset.eval_sets[name].op, minlength=len(weights))
+        assert counts.tolist() == [round(w * size) for w in weights]
+
+
+def test_an_operation_short_of_its_share_shrinks_the_whole_set():
+    from arith.data.dataset import DataConfig, build_dataset
+
+    task = TaskConfig(name="multi_op", n_digits=1, ops=("+", "-"), op_weights=(0.9, 0.1))
+    data = DataConfig(
+        val_fraction=0.2, test_fraction=0.2, val_size=1000, test_size=1000, edge_cases=False
+    )
+    dataset = build_dataset(task, FormatConfig(name="carry_trace"), data, seed=0)
+    val = dataset.eval_sets["val"]
+    counts = np.bincount(val.op, minlength=2)
+    assert len(val) < 1000  # the split holds about 20 + problems: 0.9 of the set at most
+    assert counts.tolist() == [round(0.9 * len(val)), round(0.1 * len(val))]

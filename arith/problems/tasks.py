@@ -231,8 +231,7 @@ def sample(
         operands[absent] = 0
         lens[absent] = 0
     elif task.name == "multi_op":
-        weights = np.ones(len(task.ops)) if task.op_weights is None else np.array(task.op_weights)
-        op = rng.choice(len(task.ops), size=n, p=weights / weights.sum())
+        op = rng.choice(len(task.ops), size=n, p=op_shares(task))
         dividing = [i for i, s in enumerate(task.ops) if s in ("//", "%")]
         bad = np.isin(op, dividing) & ~operands[:, 1].any(axis=1)
 
@@ -242,6 +241,13 @@ def sample(
 
         _sampling.redraw_zeros(bad, operands[:, 1], lens[:, 1], draw)
     return _build(task, op, operands, lens)
+
+
+def op_shares(task: TaskConfig) -> np.ndarray:
+    """Each multi_op operation's share of the problems drawn: ``op_weights`` normalised, or
+    equal shares. Every set follows them, sampled or enumerated (arith.data.dataset)."""
+    weights = np.ones(len(task.ops)) if task.op_weights is None else np.array(task.op_weights)
+    return weights / weights.sum()
 
 
 def from_operands(task: TaskConfig, operands: np.ndarray, op: np.ndarray | None = None) -> Problems:
