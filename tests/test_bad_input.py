@@ -337,8 +337,16 @@ def _two_tables_named(name: str) -> dict:
         (None, ["--tracking-uri", "mlruns"], "--tracking-uri: expected"),
         (None, ["--storage", "gs3://bucket/sweeps"], "--storage: unknown filesystem gs3://"),
         (None, ["--out", "SPEC_FILE/results"], "--out: cannot make"),
-        (None, ["--set", "sweep.resources.gpu=1"], "sweep.resources.gpu: 1.0 reserves a GPU"),
-        (None, ["--set", "base.train.device=cuda"], "sweep.resources.gpu: 0 hides every GPU"),
+        (
+            None,
+            ["--set", "base.train.device=cpu", "--set", "sweep.resources.gpu=1"],
+            "sweep.resources.gpu: 1.0 reserves a GPU",
+        ),
+        (
+            None,
+            ["--set", "base.train.device=cuda", "--set", "sweep.resources.gpu=0"],
+            "sweep.resources.gpu: 0 hides every GPU",
+        ),
         (OPTUNA_LR, ["--set", "base.train.max_steps=20000"], "sweep.scheduler.max_t: 22 stops"),
     ],
     ids=["test-metric", "longer-metric", "mode", "uniform-int", "table-names", "repeats",

@@ -61,6 +61,8 @@ def run_sweep(
     connect = started_ray and address
     if connect and not preflight.connect_cluster(address, storage, shared=storage_shared):
         return 2
+    if not _gpus_found(spec, disconnect=bool(connect)):
+        return 2
     slots = tuning.uses_slots(spec, started_ray and not address)
     _note_max_concurrent(spec, address, slots)
     tuner, tracker = build_tuner(
@@ -127,6 +129,30 @@ def _before_ray(
     except preflight.refusals() as err:
         print(f"error: {err}", file=sys.stderr)
         return None
+
+
+def _gpus_found(spec: SweepSpec, *, disconnect: bool) -> bool:
+    """A GPU asked for on a cluster without one is one line (False) before MLflow records
+    anything; ``gpu: auto``'s share is said where it is above 0 (``sweeps.runtime.placement``)."""
+    import ray
+
+    from sweeps.runtime import placement
+
+    cluster = placement.cluster_resources()
+    refusal = placement.gpu_refusal(spec, cluster)
+    if refusal is not None:
+        if disconnect:
+            ray.shutdown()
+        print(f"error: {refusal}", file=sys.stderr)
+        return False
+    share = placement.resolved_gpu(spec, cluster)
+    if spec.sweep.resources.gpu == "auto" and share > 0:
+        print(
+            f"note: sweep.resources.gpu auto: {share:.4g} GPU per trial "
+            f"({cluster['GPU']:g} GPUs, {cluster['CPU']:g} CPUs; {placement.GPU_AUTO_RULE})",
+            file=sys.stderr,
+        )
+    return True
 
 
 def _note_max_concurrent(spec: SweepSpec, address: str | None, slots: bool) -> None:

@@ -43,9 +43,22 @@ def dry_run_text(spec: SweepSpec) -> str:
         )
     note = " (sampled axes at their first value)" if sampled else ""
     lines.append(f"estimated training FLOPs in all: {total_flops:.2e}{note}")
+    lines.append(_resources_line(spec))
     if s.pack != 1:
         lines += _pack_lines(spec)
     return "\n".join(lines)
+
+
+def _resources_line(spec: SweepSpec) -> str:
+    """What each trial (or pack) holds; ``gpu: auto`` by its rule, as the cluster is not known."""
+    from sweeps.runtime.placement import GPU_AUTO_RULE
+
+    r = spec.sweep.resources
+    if r.gpu == "auto":
+        gpu = f"auto: a GPU share per trial decided when the cluster is known: {GPU_AUTO_RULE}"
+    else:
+        gpu = f"{r.gpu:g}"
+    return f"resources per trial: cpu {r.cpu:g}, gpu {gpu}"
 
 
 def _pack_lines(spec: SweepSpec) -> list[str]:

@@ -112,9 +112,10 @@ def auto_pack_size(spec, config, n_members: int) -> int:
     trial's memory (``arith.training.cost.training_bytes``), and no more than keeps every concurrent
     slot busy when ``sweep.max_concurrent`` is set (one pack uses one slot)."""
     from arith.training.cost import describe
+    from sweeps.runtime.placement import resolved_gpu
 
-    resources = spec.sweep.resources
-    budget = AUTO_GPU_BYTES * resources.gpu if resources.gpu > 0 else AUTO_CPU_BYTES
+    gpu = resolved_gpu(spec)
+    budget = AUTO_GPU_BYTES * gpu if gpu > 0 else AUTO_CPU_BYTES
     size = min(n_members, max(1, int(budget // describe(config)["train_bytes"])))
     if spec.sweep.max_concurrent:
         size = min(size, math.ceil(n_members / spec.sweep.max_concurrent))

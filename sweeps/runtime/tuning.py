@@ -30,9 +30,11 @@ TRIAL_SLOT = "sweep_trial_slot"
 
 
 def trial_resources(spec, slots: bool) -> dict[str, float]:
-    """What one trial holds: the spec's CPUs and GPUs and, with ``slots``, one TRIAL_SLOT."""
-    s = spec.sweep
-    resources = {"cpu": s.resources.cpu, "gpu": s.resources.gpu}
+    """What one trial holds: the spec's CPUs and GPUs (``gpu: auto`` resolved on the cluster:
+    ``sweeps.runtime.placement``) and, with ``slots``, one TRIAL_SLOT."""
+    from sweeps.runtime.placement import resolved_gpu
+
+    resources = {"cpu": spec.sweep.resources.cpu, "gpu": resolved_gpu(spec)}
     if slots:
         resources[TRIAL_SLOT] = 1
     return resources

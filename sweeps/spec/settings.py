@@ -29,10 +29,12 @@ class SchedulerSpec:
 
 @dataclass(frozen=True)
 class ResourcesSpec:
-    """What one trial holds; ``gpu`` may be a fraction so small trials share a device."""
+    """What one trial holds; ``gpu`` may be a fraction so small trials share a device, or
+    ``auto``: a share decided on the driver once the cluster is known
+    (``sweeps.runtime.placement.GPU_AUTO_RULE``)."""
 
     cpu: float = 1.0
-    gpu: float = 0.0
+    gpu: float | Literal["auto"] = 0.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ def check_settings(s: SweepSettings) -> None:
     )
     for key in ("cpu", "gpu"):  # finite: Ray cannot schedule an infinite share
         value = getattr(s.resources, key)
+        if key == "gpu" and value == "auto":
+            continue
         require(0 <= value < math.inf, f"sweep.resources.{key}", f"must be >= 0, got {value}")
     require(
         s.time_budget_s is None or 0 < s.time_budget_s < math.inf,

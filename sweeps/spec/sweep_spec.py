@@ -305,9 +305,12 @@ def _check_max_t(cfg, s: SweepSettings, point: dict[str, Any]) -> None:
     )
 
 
-def _check_device(device: str, gpu: float, point: dict[str, Any]) -> None:
+def _check_device(device: str, gpu: float | str, point: dict[str, Any]) -> None:
     """A trial's device agrees with what it reserves: Ray hides the GPUs from a trial that
-    reserves none, and a GPU reserved for a CPU trial sits idle."""
+    reserves none, and a GPU reserved for a CPU trial sits idle. ``gpu: auto`` agrees with any
+    device (``sweeps.runtime.placement``: 0 for cpu, a refusal for cuda without GPUs)."""
+    if gpu == "auto":
+        return
     kind = device.split(":")[0]
     require(
         not (kind == "cpu" and gpu > 0),
