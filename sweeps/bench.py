@@ -2,6 +2,7 @@
 ``python -m sweeps.bench --pack [--sweep] [--sizes 30k,100k,1m] [--packs 1,4,16]``: packing
 (``sweeps.bench_pack``);
 ``python -m sweeps.bench --flagship [--spec SPEC] [--from FOLDER] [--set K=V]``: the FLOP bound.
+``python -m sweeps.bench --gpu``: the GPU acceptance run (``sweeps.bench_gpu``).
 
 Runs the same N tiny trials twice: through the orchestrator (an embedded Ray, Tune with actor
 reuse, MLflow on SQLite, checkpoints at every report, the tables and plots at the end) and back
@@ -183,12 +184,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="from_folder", metavar="FOLDER", help="--flagship: a finished sweep"
     )
     parser.add_argument("--set", action="append", metavar="K=V", help="--flagship: overrides")
+    parser.add_argument(
+        "--gpu", action="store_true", help="the GPU acceptance run (one line without CUDA)"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.gpu:
+        from sweeps.bench_gpu import gpu_main
+
+        return gpu_main()
     if args.flagship:
         return flagship_main(args)
     if args.pack:

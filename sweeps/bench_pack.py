@@ -54,14 +54,15 @@ def run_orchestrated(
 
 
 # Model shapes (d_model, n_layer, n_head) on 3-digit addition, heads of at least 8 channels;
-# ``describe`` gives their parameter counts: 1.4K, 4.3K, 30K, 100K and 1M
-# (arith.training.cost.n_params).
+# ``describe`` gives their parameter counts: 1.4K, 4.3K, 30K, 100K, 1M and 9.5M
+# (arith.training.cost.n_params); 10m is for a GPU (``python -m sweeps.bench --gpu``).
 PACK_SIZES = {
     "1k": (8, 1, 1),
     "5k": (16, 1, 2),
     "30k": (48, 1, 4),
     "100k": (64, 2, 4),
     "1m": (128, 5, 4),
+    "10m": (256, 12, 8),
 }
 
 

@@ -1,0 +1,97 @@
+"""The CUDA path, checked on a GPU only (``python -m sweeps.bench --gpu`` runs these with
+``-m cuda``): bf16 logits against fp32, a pack against its members alone, cached decoding, a
+resumed run. Every test skips where torch sees no CUDA device; none has run on this project's
+CPU-only machine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from arith import config as config_lib
+from arith.model.gpt import GPT, ModelConfig
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+CUDA = torch.device("cuda")
+
+
+def _model(position: str = "rope") -> GPT:
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=2, d_model=64, n_head=4, position=position)
+    return GPT(cfg, vocab_size=16, max_seq_len=24, digit_ids=tuple(range(10))).to(CUDA).eval()
+
+
+def _config(*sets: str):
+    return config_lib.load(
+        None,
+        [
+            "task.n_digits=2",
+            "model.n_layer=1",
+            "model.d_model=32",
+            "model.n_head=2",
+            "data.val_size=64",
+            "data.test_size=64",
+            "data.edge_cases=false",
+            "train.max_steps=8",
+            "train.eval_every=4",
+            "train.batch_size=32",
+            "train.train_eval_size=32",
+            "train.device=cuda",
+            *sets,
+        ],
+    )
+
+
+@pytest.mark.parametrize("position", ["rope", "abacus_bias", "learned"])
+def test_bf16_logits_match_fp32(position):
+    model = _model(position)
+    idx = torch.randint(0, 16, (4, 12), device=CUDA)
+    with torch.no_grad():
+        full, _ = model(idx)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            low, _ = model(idx)
+    torch.testing.assert_close(low.float(), full, atol=0.05, rtol=0.05)
+
+
+def test_cached_decoding_matches_full_forward():
+    model = _model()
+    idx = torch.randint(0, 16, (3, 12), device=CUDA)
+    with torch.no_grad():
+        full, _ = model(idx)
+        logits, cache = model(idx[:, :5])
+        pieces = [logits]
+        for t in range(5, 12):
+            logits, cache = model(idx[:, t : t + 1], cache)
+            pieces.append(logits)
+    torch.testing.assert_close(torch.cat(pieces, 1), full, atol=1e-4, rtol=1e-4)
+
+
+def test_a_pack_trains_as_its_members_alone(tmp_path):
+    from arith.training.trainer import train, train_pack
+
+    configs = [_config(f"train.seed={i}", "train.precision=fp32") for i in range(3)]
+    packed = train_pack(configs, checkpoint_dir=tmp_path / "pack")
+    for i, (config, member) in enumerate(zip(configs, packed, strict=True)):
+        alone = train(config, checkpoint_dir=tmp_path / f"alone{i}")
+        assert member["train/loss"] == pytest.approx(alone["train/loss"], rel=1e-3, abs=1e-4)
+
+
+def test_a_resumed_run_continues_where_it_stopped(tmp_path):
+    import shutil
+
+    from arith.training.trainer import train
+
+    config = _config()
+    copied = tmp_path / "at_step_4"
+
+    def keep_step_4(metrics):
+        if metrics["step"] == 4 and "checkpoint" in metrics:
+            shutil.copytree(metrics["checkpoint"], copied)
+
+    full = train(config, keep_step_4, checkpoint_dir=tmp_path / "full")
+    resumed = train(config, checkpoint_dir=tmp_path / "resumed", resume_from=copied)
+    assert resumed["train/loss"] == pytest.approx(full["train/loss"], rel=1e-3, abs=1e-4)
