@@ -4,10 +4,13 @@ name says, under every setting that could bend it."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
+from arith import config as config_lib
 from arith.evaluation.evaluate import evaluate_set
 from arith.model import gpt
 from arith.model.gpt import CausalSelfAttention, ModelConfig
@@ -15,6 +18,7 @@ from arith.model.kv_cache import KVCache
 from arith.problems import tasks
 from arith.problems.tasks import TaskConfig, from_ints
 from arith.text.formats import FormatConfig, build_format
+from arith.training.cost import planned_steps, step_cost
 from arith.training.stopping import LoopState
 from arith.training.trainconf import TrainConfig
 
@@ -141,3 +145,28 @@ def test_an_operation_short_of_its_share_shrinks_the_whole_set():
     counts = np.bincount(val.op, minlength=2)
     assert len(val) < 1000  # the split holds about 20 + problems: 0.9 of the set at most
     assert counts.tolist() == [round(0.9 * len(val)), round(0.1 * len(val))]
+
+
+SEED_004 = Path(__file__).resolve().parents[1] / "arith" / "configs" / "seed004_multi_op.yaml"
+
+
+def test_a_step_counts_the_real_tokens_of_its_rows_not_the_longest_sequence():
+    config = config_lib.load(SEED_004, ["format.division_trace=true", "task.op_weights=null"])
+    fmt = build_format(config.format, config.task)
+    sample = tasks.sample(config.task, 20_000, np.random.default_rng(123))
+    encoded = fmt.encode(sample)
+    real = config.train.batch_size * float((encoded.prompt_len + encoded.answer_len).mean())
+    cost = step_cost(config)
+    assert cost["tokens"] == pytest.approx(real, rel=0.02)
+    assert 5 * cost["tokens"] < config.train.batch_size * fmt.max_seq_len()  # ~7x before
+    assert cost["flops"] == cost["tokens"] * cost["flops_per_token"]
+    budgeted = config_lib.load(
+        SEED_004,
+        [
+            "format.division_trace=true",
+            "task.op_weights=null",
+            "train.max_steps=null",
+            f"train.tokens_budget={cost['tokens'] * 10}",
+        ],
+    )
+    assert planned_steps(budgeted) == 10

@@ -11,9 +11,8 @@ import torch
 
 from arith import config as config_lib
 from arith.data.dataset import build_dataset
-from arith.text.formats import build_format
 from arith.training import checkpoint as ckpt
-from arith.training.cost import describe, planned_steps, step_cost
+from arith.training.cost import describe, mean_seq_len, planned_steps, step_cost
 from arith.training.trainconf import DEFAULT_MAX_STEPS
 from arith.training.trainer import reported_metrics, train
 
@@ -206,7 +205,7 @@ def test_without_early_stopping_the_last_weights_are_final(tmp_path):
 def test_budgets_derive_the_step_count_from_the_cost_of_a_step():
     cost = step_cost(tiny())
     assert cost["flops"] == cost["tokens"] * cost["flops_per_token"]
-    assert cost["tokens"] == 32 * build_format(tiny().format, tiny().task).max_seq_len()
+    assert cost["tokens"] == round(32 * mean_seq_len(tiny().task, tiny().format))
     assert planned_steps(tiny()) == DEFAULT_MAX_STEPS
     assert planned_steps(tiny("train.flops_budget=" + str(cost["flops"] * 7))) == 7
     assert planned_steps(tiny("train.flops_budget=" + str(cost["flops"] * 7 + 1))) == 8
