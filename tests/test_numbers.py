@@ -12,15 +12,17 @@ import torch
 
 from arith import config as config_lib
 from arith.evaluation.evaluate import evaluate_set
-from arith.model import gpt
+from arith.model import gpt, positions
 from arith.model.gpt import CausalSelfAttention, ModelConfig
 from arith.model.kv_cache import KVCache
+from arith.model.positions import abacus_index
 from arith.problems import tasks
 from arith.problems.tasks import TaskConfig, from_ints
 from arith.text.formats import FormatConfig, build_format
 from arith.training.cost import planned_steps, step_cost
 from arith.training.stopping import LoopState
 from arith.training.trainconf import TrainConfig
+from arith.training.trainer import train
 
 
 def test_best_is_the_true_best_while_patience_counts_on_min_delta():
@@ -170,3 +172,48 @@ def test_a_step_counts_the_real_tokens_of_its_rows_not_the_longest_sequence():
         ],
     )
     assert planned_steps(budgeted) == 10
+
+
+@pytest.mark.parametrize(("max_k", "longest_run"), [(7, 6), (20, 5), (6, 6)])
+def test_training_offsets_reach_every_abacus_entry_and_no_further(max_k, longest_run):
+    offsets = positions.training_offsets(4096, max_k, longest_run, torch.Generator().manual_seed(0))
+    assert int(offsets.min()) == 0
+    assert int(offsets.max()) + longest_run == max_k  # the last entry trains, none past it
+    reached = {int(o) + r for o in offsets.unique() for r in range(1, longest_run + 1)}
+    assert reached == set(range(1, max_k + 1))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the loop draws its offsets in arith/training/trainer.py (moving to prefetch.py), "
+    "someone else's work in progress: it must call positions.training_offsets with the "
+    "format's longest digit run; remove this mark then",
+)
+def test_training_reaches_the_abacus_table_s_last_entry(monkeypatch):
+    # reversed 3-digit multiplication writes 6-digit runs; the table's last entry is 7, which
+    # a 7-digit operand of a longer set reads
+    trained: list[int] = []
+
+    def recording(run, offset):
+        index = abacus_index(run, offset)
+        if offset is not None:
+            trained.append(int(index.max()))
+        return index
+
+    monkeypatch.setattr(positions, "abacus_index", recording)
+    overrides = [
+        "task.name=multiplication",
+        "format.name=reversed",
+        "model.position=abacus",
+        "model.abacus_max_k=7",
+        "model.d_model=16",
+        "model.n_layer=1",
+        "train.batch_size=64",
+        "train.max_steps=6",
+        "train.eval_every=6",
+        "train.train_eval_size=8",
+        "data.val_size=8",
+        "data.test_size=8",
+    ]
+    train(config_lib.load(None, overrides))
+    assert max(trained) == 7

@@ -67,6 +67,17 @@ def abacus_index(run: Tensor, offset: Tensor | None) -> Tensor:
     return run if offset is None else run + offset[:, None]
 
 
+def training_offsets(rows: int, max_k: int, longest_run: int, generator: torch.Generator) -> Tensor:
+    """Abacus training offsets (rows,), uniform in 0..max_k - longest_run (McLeish et al. 2024).
+
+    ``longest_run`` is the longest digit run training writes (``formats.longest_digit_run``):
+    its digits, indices 1..longest_run, shifted by the largest offset reach entry ``max_k``,
+    the last one the evaluation sets may index (``formats.check_abacus_table``), so no entry
+    they read is left untrained. A run as long as the table takes offset 0 only."""
+    high = max(0, max_k - longest_run) + 1  # randint's bound is exclusive
+    return torch.randint(0, high, (rows,), generator=generator)
+
+
 def clipped_differences(queries: Tensor, keys: Tensor, reach: int, window: bool) -> Tensor:
     """Which ``abacus_bias`` entry each query and key pair reads: (B, T) and (B, S) digit
     indices -> (B, T, S) in 0..2*reach, the index difference clipped at ``reach``; with
