@@ -40,7 +40,7 @@ from arith.data.batches import BatchSource
 from arith.data.dataset import build_dataset
 from arith.evaluation.evaluate import greedy_decode, predict_answers
 from arith.training.cost import step_cost
-from arith.training.hardware import pick_device
+from arith.training.hardware import pick_device, synchronize
 from arith.training.trainer import build_model, train
 
 # The ~1M-parameter reference: seed 000's 4 layers x 128 on 4-digit plain addition.
@@ -198,14 +198,20 @@ def train_config(
 
 class StepClock:
     """A ``progress`` callback that notes when each step ended (its first call for a step: the
-    trainer calls it after every step, and again at an evaluation). The trainer reads the loss
-    back after every step, so on a GPU a step has ended when its call comes."""
+    trainer calls it after every step, and again at an evaluation), at the steps in ``marks``
+    (every step without). No training step waits for the device, so a call comes when the host
+    has queued its step: at a mark the clock waits for ``device`` to run it first."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | None = None, marks: set[int] | None = None):
+        self.device, self.marks = device, marks
         self.ended_at: dict[int, float] = {}
 
     def __call__(self, step: int, _max_steps: int, _metrics: dict[str, Any]) -> None:
-        self.ended_at.setdefault(step, time.perf_counter())
+        if step in self.ended_at or (self.marks is not None and step not in self.marks):
+            return
+        if self.device is not None:
+            synchronize(self.device)
+        self.ended_at[step] = time.perf_counter()
 
     def seconds(self, first: int, last: int) -> float:
         """Wall time of steps ``first + 1 .. last``."""
@@ -245,7 +251,7 @@ def bench_train(
     for case, compiled, precision in cases:
         peak = peaks[precision]
         config = train_config(case, sizes, device, peak, compiled, precision)
-        clock = StepClock()
+        clock = StepClock(pick_device(device), {sizes.train_warmup, config.train.max_steps})
         start = time.perf_counter()
         summary = train(config, progress=clock)
         row = {

@@ -31,13 +31,16 @@ def save(
     configs: list[dict[str, Any]],
     model: torch.nn.Module,
     optimizer: PackedAdamW,
-    batches: list[BatchSource],
-    generators: list[torch.Generator],
+    batches: list[dict[str, Any]],
+    generators: list[torch.Tensor],
     states: list[LoopState],
 ) -> Path:
     """Save a run (or a pack of runs: one entry per member in each list) and return the file.
 
     ``config`` is the first member's config, so a one-member checkpoint reads as one run.
+    ``batches`` and ``generators`` are the states of the members' batch sources and Abacus
+    offset generators where the loop's last batch left them (the sources themselves may be
+    ahead: arith.training.prefetch builds batches before the loop takes them).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -46,10 +49,10 @@ def save(
         "configs": configs,
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
-        "batches": [b.state_dict() for b in batches],
+        "batches": batches,
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "generators": [g.get_state() for g in generators],
+        "generators": generators,
         "loops": [s.to_dict() for s in states],
     }
     return _write(directory, FILE, payload, configs[0])

@@ -1,7 +1,10 @@
-"""The device a run trains on: which one, in which precision, its peak FLOP/s, and the
-throughput measured against that peak (``perf/...`` metrics, MFU)."""
+"""The device a run trains on: which one, in which precision, its peak FLOP/s, the throughput
+measured against that peak (``perf/...`` metrics, MFU), what crosses between it and the host
+without waiting, and the record of it all that a run's summary carries (``hardware.*``)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -26,15 +29,96 @@ def pick_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
-def autocast_for(device: torch.device, precision: str):
-    """The autocast context of ``train.precision``: bf16 where asked, or for ``auto`` on a
-    CUDA device that has it; else a disabled one (fp32)."""
+def resolved_precision(device: torch.device, precision: str) -> str:
+    """``train.precision`` as the run trains: bf16 where asked, or for ``auto`` on a CUDA
+    device that has it; else fp32."""
     use_bf16 = precision == "bf16" or (
         precision == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
     )
-    if use_bf16:
+    return "bf16" if use_bf16 else "fp32"
+
+
+def autocast_for(device: torch.device, precision: str):
+    """The autocast context of ``train.precision`` (``resolved_precision``): bf16, or a
+    disabled one (fp32)."""
+    if resolved_precision(device, precision) == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return torch.autocast(device_type=device.type, enabled=False)
+
+
+HARDWARE_KEYS = (
+    "hardware.device",
+    "hardware.gpu_name",
+    "hardware.precision",
+    "hardware.torch",
+    "hardware.cuda",
+)
+"""What ``hardware_record`` holds: strings, which a sweep logs as its run's params."""
+
+
+def hardware_record(device: torch.device, precision: str) -> dict[str, str]:
+    """What a run trained on, for its summary: the device (``cuda:0``, not ``cuda``), the GPU's
+    name (``none`` off CUDA), the precision ``train.precision`` resolved to (fp32 or bf16), and
+    the versions of torch and of the CUDA it was built with (``none`` for a CPU build)."""
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    values = (
+        str(device),
+        torch.cuda.get_device_name(device) if device.type == "cuda" else "none",
+        resolved_precision(device, precision),
+        str(torch.__version__),
+        torch.version.cuda or "none",
+    )
+    return dict(zip(HARDWARE_KEYS, values, strict=True))
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait until ``device`` has run everything the host queued on it (nothing to wait for on
+    the CPU)."""
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
+
+
+def host_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on ``device`` without the host waiting: on CUDA a copy from pinned memory,
+    queued behind the device's work (a copy from pageable memory waits for the device first)."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    if not tensor.is_pinned():
+        tensor = tensor.contiguous().pin_memory()
+    return tensor.to(device, non_blocking=True)
+
+
+class LossReadout:
+    """The members' running training losses for a progress bar, read without waiting on the
+    device: each copy to the host is queued behind the steps and shown once it has landed (on
+    CUDA a step or so late; elsewhere at once)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.pending: tuple[torch.Tensor, list[int], Any] | None = None  # a copy on its way
+        self.latest: list[float] | None = None  # each member's mean loss, as last landed
+
+    def poll(self, sums: torch.Tensor, counts: list[int]) -> list[float] | None:
+        """Each member's mean loss (``sums`` over ``counts`` steps) as last read, or None
+        before a first copy has landed; starts the next copy once the last has landed."""
+        if self.pending is not None and self.pending[2].query():
+            self._land()
+        if self.pending is None:
+            host = torch.empty(sums.shape, dtype=sums.dtype, pin_memory=self.cuda)
+            host.copy_(sums, non_blocking=self.cuda)
+            done = torch.cuda.Event() if self.cuda else None
+            if done is not None:
+                done.record()
+            self.pending = (host, list(counts), done)
+            if done is None:
+                self._land()
+        return self.latest
+
+    def _land(self) -> None:
+        host, counts, _ = self.pending
+        self.latest = [s / max(c, 1) for s, c in zip(host.tolist(), counts, strict=True)]
+        self.pending = None
 
 
 # Dense bf16 tensor-core peaks (FLOP/s) from the vendors' datasheets, keyed by the exact name

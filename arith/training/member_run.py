@@ -43,7 +43,9 @@ class MemberRun:
     """Its data's overlaps and histograms, and its embeddings at each evaluation."""
     state: LoopState = field(default_factory=LoopState)
     stop: str = "max_steps"
-    running_loss: float = 0.0
+    loss_sum: torch.Tensor | None = None
+    """Its training losses summed since its last evaluation, on the device: a view of the
+    pack's sums, which the loop adds each step's to; an evaluation reads it (one wait)."""
     running_count: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
 
@@ -61,13 +63,25 @@ class MemberRun:
         every = self.config.train.eval_every
         return (step % every == 0 and step > self.state.last_report_step) or self.at_end(step)
 
-    def record_step(self, loss: float, seconds: float, rows: int, tokens: int, pack_tokens: int):
-        """Count one training step: its throughput, its loss, and whether it diverged."""
+    def record_step(self, seconds: float, rows: int, tokens: int, pack_tokens: int) -> None:
+        """Count one training step and its throughput (its loss is in ``loss_sum``)."""
         self.meter.add(seconds, rows, tokens, pack_tokens)
+        self.running_count += 1
+
+    def take_loss(self) -> float | None:
+        """The mean training loss since the last evaluation (None without a step), read from
+        the device, and start summing again; a non-finite one stops the run as diverged.
+
+        A step that diverged is found here, at the next evaluation, not at the step itself: a
+        check there would make every step wait for the device."""
+        if not self.running_count:
+            return None
+        loss = self.loss_sum.item() / self.running_count
+        self.loss_sum.zero_()
+        self.running_count = 0
         if not math.isfinite(loss):
             self.stop = "diverged"
-        self.running_loss += loss
-        self.running_count += 1
+        return loss
 
 
 def evaluate_member(
@@ -82,12 +96,12 @@ def evaluate_member(
     """Evaluate one member, update its stopping state and keep the metrics to report; at its
     end, measure the final sets on its chosen weights and save them to ``model_dir``."""
     tc = m.config.train
+    loss = m.take_loss()  # first: a divergence found here makes this the member's end
     last = m.at_end(step)
     m.diagnostics.record(step, model, model_dir)  # before the checkpoint that goes with it
     metrics: dict[str, Any] = {"step": step, "epoch": _epoch(step, tc, m.dataset), "lr": lr}
-    if m.running_count:
-        metrics["train/loss"] = m.running_loss / m.running_count
-    m.running_loss, m.running_count = 0.0, 0
+    if loss is not None:
+        metrics["train/loss"] = loss
     metrics.update(m.meter.pop())
     metrics.update(_evaluate(model, m.dataset, device, m.train_sample, final=last))
     metrics["time/elapsed_s"] = elapsed()

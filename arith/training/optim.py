@@ -11,6 +11,7 @@ from torch import nn
 from torch.optim.adamw import adamw
 
 from arith.errors import require
+from arith.training.hardware import host_to_device
 
 ABACUS_BIAS = "abacus_bias.table"
 """Name ending of the ``abacus_bias`` parameters (arith.model.positions.AbacusBias)."""
@@ -123,6 +124,9 @@ class PackedAdamW:
         self.steps = [torch.zeros((), device=device) for _ in self.configs]
         self.step_counts = [0 for _ in self.configs]
         self.fused = device.type in ("cpu", "cuda")
+        # each member's clip limit, put on the device once: a copy at every step would wait
+        limits = [math.inf if c.grad_clip is None else c.grad_clip for c in self.configs]
+        self.clip_limits = host_to_device(torch.tensor(limits), device)
 
     def lr(self, member: int) -> float:
         """Learning rate of ``member``'s next step (its schedule at its own step count)."""
@@ -137,14 +141,12 @@ class PackedAdamW:
     def clip_grad_norms(self, members: list[int]) -> None:
         """Scale each member's gradients to its ``grad_clip`` global norm, as
         ``torch.nn.utils.clip_grad_norm_`` does for one model."""
-        limits = [self.configs[i].grad_clip for i in range(len(self.configs))]
-        if all(limits[i] is None for i in members):
+        if all(self.configs[i].grad_clip is None for i in members):
             return
         grads = [p.grad for p in self.params if p.grad is not None]
         per_tensor = torch.stack([g.flatten(1).norm(dim=1) for g in grads])  # (tensors, M)
         total = per_tensor.norm(dim=0)  # (M,)
-        limit = torch.tensor([math.inf if c is None else c for c in limits], device=total.device)
-        coef = (limit / (total + 1e-6)).clamp(max=1.0)
+        coef = (self.clip_limits / (total + 1e-6)).clamp(max=1.0)
         for g in grads:
             g.mul_(coef.view(-1, *([1] * (g.dim() - 1))))
 
@@ -178,11 +180,11 @@ class PackedAdamW:
     def _step_stacked(self, members: list[int]) -> None:
         """All members at once, one pass over each stacked parameter: the fused kernel's
         arithmetic with each member's settings as a vector along the member dimension, so a
-        step's tensor work does not grow with the number of members."""
+        step's tensor work does not grow with the number of members. The settings are built on
+        the host and copied without a wait (``host_to_device``)."""
         device, n = self.params[0].device, len(self.configs)
-        active = torch.zeros(n, dtype=torch.bool, device=device)
-        active[members] = True
         chosen = set(members)
+        active = host_to_device(torch.tensor([i in chosen for i in range(n)]), device)
         lrs = [self.lr(i) if i in chosen else 0.0 for i in range(n)]
         for i in members:
             self.step_counts[i] += 1
@@ -191,8 +193,8 @@ class PackedAdamW:
         if any(self.faster):
             mults = [c.abacus_bias_lr_mult for c in self.configs]
             faster = _member_coefficients(self.configs, lrs, self.step_counts, mults)
-        coefficients = torch.tensor(plain, device=device)  # (6, M)
-        fast = None if faster is None else torch.tensor(faster, device=device)
+        coefficients = host_to_device(torch.tensor(plain), device)  # (6, M)
+        fast = None if faster is None else host_to_device(torch.tensor(faster), device)
         for j, p in enumerate(self.params):
             if p.grad is None:
                 continue

@@ -3,8 +3,13 @@
 The loop follows nanoGPT's order: learning rate, evaluate / checkpoint / report, forward and
 backward, clip, step, stop. ``report`` receives a flat dict of namespaced metrics at every
 evaluation; tests pass ``list.append``, a sweep passes a Ray Tune reporter. ``progress`` (for a
-progress bar) is called after every step with the training loss since the last evaluation, and at
-every evaluation with all its metrics.
+progress bar) is called after every step with the training loss since the last evaluation (as
+last read back, without waiting for the device), and at every evaluation with all its metrics.
+
+No training step makes the host wait for the device, so the host queues the next step while
+the device runs this one: the batches are built ahead on a thread of their own
+(``prefetch.py``), the losses stay on the device until an evaluation reads them, and the
+per-member settings a step needs go to the device without a wait (``optim.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from arith.data import length_grid
-from arith.data.batches import BatchSource, pack_batch
+from arith.data.batches import BatchSource
 from arith.data.dataset import (
     DATA_METRICS,
     STREAM_TRAIN_SAMPLE,
@@ -33,14 +38,23 @@ from arith.errors import ConfigError
 from arith.evaluation.evaluate import set_metric_names
 from arith.model import gpt as model_lib
 from arith.problems import tasks
-from arith.text.formats import longest_digit_run
 from arith.training import checkpoint as ckpt
 from arith.training.cost import n_params, planned_steps, step_cost
 from arith.training.diagnostics import SPLIT_PAIRS, RunDiagnostics
-from arith.training.hardware import PERF_METRICS, Throughput, autocast_for, device_peak, pick_device
+from arith.training.hardware import (
+    PERF_METRICS,
+    LossReadout,
+    Throughput,
+    autocast_for,
+    device_peak,
+    hardware_record,
+    pick_device,
+    synchronize,
+)
 from arith.training.member_run import MemberRun, evaluate_member, summarise
 from arith.training.optim import PackedAdamW
 from arith.training.packing import check_packable
+from arith.training.prefetch import BatchProducer
 
 if TYPE_CHECKING:
     from arith.config import RunConfig
@@ -182,59 +196,76 @@ def train_pack(
     elapsed_before = members[0].state.elapsed_before
     elapsed = lambda: elapsed_before + time.perf_counter() - start_time  # noqa: E731
     step = max(m.state.step for m in members)
+    # (M,) each member's losses summed since its evaluation, on the device; members hold views
+    running = torch.zeros(len(members), device=device)
+    for i, m in enumerate(members):
+        m.loss_sum = running[i]
+    readout, stepped = LossReadout(device), []
     model.train()
-    while True:
-        # evaluate, checkpoint and report: each member on its own schedule
-        due = [i for i, m in enumerate(members) if m.active and m.due(step)]
-        for i in due:
-            member_dir = None
-            if checkpoint_dir is not None:
-                member_dir = ckpt.member_dir(checkpoint_dir, i, len(members))
-            m, lr = members[i], optimizer.lr(i)
-            evaluate_member(m, views[i], step, lr, elapsed, device, member_dir)
-        if checkpoint_dir is not None and due:
-            _save(checkpoint_dir, configs, model, optimizer, members, step, elapsed())
-        _report(members, due, step, checkpoint_dir, report, progress, report_step)
-        active = [i for i, m in enumerate(members) if m.active]
-        if not active:
-            break
+    with BatchProducer(members, first.length_buckets, device) as batches:
+        while True:
+            # evaluate, checkpoint and report: each member on its own schedule
+            due = [i for i, m in enumerate(members) if m.active and m.due(step)]
+            if due and stepped:  # the steps end when the device has run them, not when queued
+                _wait_for_steps(device, [members[i] for i in stepped])
+                stepped = []
+            for i in due:
+                member_dir = None
+                if checkpoint_dir is not None:
+                    member_dir = ckpt.member_dir(checkpoint_dir, i, len(members))
+                m, lr = members[i], optimizer.lr(i)
+                evaluate_member(m, views[i], step, lr, elapsed, device, member_dir)
+            if checkpoint_dir is not None and due:
+                position = batches.position()
+                _save(checkpoint_dir, configs, model, optimizer, members, position, step, elapsed())
+            _report(members, due, step, checkpoint_dir, report, progress, report_step)
+            active = [i for i, m in enumerate(members) if m.active]
+            if not active:
+                break
 
-        # forward and backward: the members' batches stacked, member 0's rows first
-        t0 = time.perf_counter()
-        inputs, targets, mask, offset = _next_batch(members, device)
-        optimizer.zero_grad()
-        loss_sums = torch.zeros(len(members), device=device)
-        token_counts = _member_token_counts(mask, len(members))
-        pack_tokens = 0
-        for rows, length in _length_buckets(mask, len(members), first.length_buckets):
-            row_offset = None if offset is None else offset[rows]
-            with autocast:
-                logits, _ = forward(inputs[rows, :length], abacus_offset=row_offset)
-            sums = _member_loss_sums(
-                logits, targets[rows, :length], mask[rows, :length], len(members)
-            )
-            loss_sums = loss_sums + sums.detach()
-            # the members share no parameter: each gets its own gradient
-            (sums / token_counts).sum().backward()
-            pack_tokens += mask[rows].shape[0] * length
-        loss = loss_sums / token_counts  # (M,) mean per token
+            # forward and backward: the members' batches stacked, member 0's rows first
+            t0 = time.perf_counter()
+            batch = batches.next()
+            optimizer.zero_grad()
+            loss_sums = torch.zeros(len(members), device=device)
+            for inputs, targets, mask, offset in batch.parts:
+                with autocast:
+                    logits, _ = forward(inputs, abacus_offset=offset)
+                sums = _member_loss_sums(logits, targets, mask, len(members))
+                loss_sums = loss_sums + sums.detach()
+                # the members share no parameter: each gets its own gradient
+                (sums / batch.token_counts).sum().backward()
+            # (M,) mean per token, added up on the device: read at the members' evaluations
+            running.add_(loss_sums / batch.token_counts)
 
-        # clip, step: only the members still training
-        optimizer.clip_grad_norms(active)
-        optimizer.step(active)
-        step += 1
-        loss_values, seconds = loss.tolist(), time.perf_counter() - t0
-        rows = inputs.shape[0] // len(members)
-        for i in active:
-            tokens = pack_tokens // len(members)
-            members[i].record_step(loss_values[i], seconds, rows, tokens, pack_tokens)
-        if progress is not None:  # every step: the bar shows the loss since the last evaluation
-            m = members[active[0]]
-            progress(step, m.max_steps, {"train/loss": m.running_loss / m.running_count})
+            # clip, step: only the members still training
+            optimizer.clip_grad_norms(active)
+            optimizer.step(active)
+            step += 1
+            seconds, stepped = time.perf_counter() - t0, active
+            for i in active:
+                tokens = batch.pack_tokens // len(members)
+                members[i].record_step(seconds, batch.rows, tokens, batch.pack_tokens)
+            if progress is not None:  # every step: the loss since the last evaluation
+                a = active[0]
+                losses = readout.poll(running, [m.running_count for m in members])
+                shown = {} if losses is None else {"train/loss": losses[a]}
+                progress(step, members[a].max_steps, shown)
 
     dataset = members[0].dataset
     counts = n_params(configs[0].model, len(dataset.format.vocab), dataset.train_seq_len())
-    return [summarise(m, counts) for m in members]
+    hardware = hardware_record(device, first.precision)
+    return [{**summarise(m, counts), **hardware} for m in members]
+
+
+def _wait_for_steps(device, stepped: list[MemberRun]) -> None:
+    """Wait for the device to run the queued steps, the wait counted as their time (a step's
+    clock stops when the host has queued it)."""
+    t0 = time.perf_counter()
+    synchronize(device)
+    waited = time.perf_counter() - t0
+    for m in stepped:
+        m.meter.add(waited, 0, 0, 0)
 
 
 def _member_loss_sums(logits, targets, mask, n_members: int) -> torch.Tensor:
@@ -242,29 +273,6 @@ def _member_loss_sums(logits, targets, mask, n_members: int) -> torch.Tensor:
     # (B*T, vocab) rows: the (B, vocab, T) layout takes a slower kernel and two copies
     losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
     return (losses.view(n_members, -1) * mask.reshape(n_members, -1)).sum(1)
-
-
-def _member_token_counts(mask, n_members: int) -> torch.Tensor:
-    """The tokens each member's loss mask keeps, (M,), at least 1."""
-    return mask.reshape(n_members, -1).sum(1).clamp(min=1)
-
-
-def _length_buckets(mask, n_members: int, n_buckets: int):
-    """(rows, length) micro-batches of a packed batch: each member's rows sorted by where
-    their loss ends and cut into ``n_buckets`` groups, the members' groups stacked member by
-    member (so every bucket keeps the packed layout), cut to the longest loss in the bucket.
-    Positions after a row's last loss token cannot change its loss (causal attention)."""
-    if n_buckets == 1:  # the whole batch, as views: it is already padded to its longest row
-        yield slice(None), mask.shape[1]
-        return
-    ends = torch.where(mask.any(1), mask.shape[1] - mask.flip(1).int().argmax(1), 0)
-    per_member = ends.view(n_members, -1)
-    first_row = torch.arange(n_members, device=mask.device)[:, None] * per_member.shape[1]
-    order = per_member.argsort(dim=1) + first_row
-    for group in torch.tensor_split(order, n_buckets, dim=1):
-        if group.numel():
-            rows = group.flatten()
-            yield rows, int(ends[rows].max())
 
 
 def _build_pack(configs: list[RunConfig], device) -> tuple[list[MemberRun], model_lib.GPT]:
@@ -326,9 +334,12 @@ def _resume(path, model, optimizer: PackedAdamW, members: list[MemberRun]) -> No
         member.diagnostics.restore(ckpt.member_dir(path, i, len(members)))
 
 
-def _save(directory, configs, model, optimizer, members: list[MemberRun], step, elapsed) -> None:
-    """Checkpoint the pack after an evaluation; a member stopped before ``step`` keeps its
-    own last step."""
+def _save(
+    directory, configs, model, optimizer, members: list[MemberRun], position, step, elapsed
+) -> None:
+    """Checkpoint the pack after an evaluation, its batch sources at ``position`` (a
+    ``prefetch.Position``: where the loop's last batch left them); a member stopped before
+    ``step`` keeps its own last step."""
     for m in members:
         if m.active or m.state.step == step:
             m.state.step = step
@@ -338,8 +349,7 @@ def _save(directory, configs, model, optimizer, members: list[MemberRun], step, 
         [c.to_dict() for c in configs],
         model,
         optimizer,
-        [m.batches for m in members],
-        [m.generator for m in members],
+        *position,
         [m.state for m in members],
     )
 
@@ -356,25 +366,6 @@ def _report(members, due, step, checkpoint_dir, report, progress, report_step) -
             progress(step, members[i].max_steps, metrics)
     if report_step is not None and due:
         report_step({i: members[i].metrics for i in due})
-
-
-def _next_batch(members: list[MemberRun], device):
-    """The members' next batches as one: inputs, targets and loss mask (B, T), member 0's rows
-    first, and the Abacus offsets (B,) where the model has Abacus positions (else None)."""
-    inputs, targets, mask = pack_batch([m.batches for m in members], device)
-    config = members[0].config
-    if config.model.position != "abacus":
-        return inputs, targets, mask, None
-    # McLeish et al. 2024: a random shift so long numbers meet trained indices, drawn from each
-    # member's own generator; the longest digit run the format writes, at least k + 1
-    max_run = max(config.task.n_digits + 1, longest_digit_run(config.format, config.task))
-    rows = inputs.shape[0] // len(members)
-    highs = [max(1, m.config.model.abacus_max_k - max_run) for m in members]
-    offsets = [
-        torch.randint(0, high, (rows,), generator=m.generator)
-        for m, high in zip(members, highs, strict=True)
-    ]
-    return inputs, targets, mask, torch.cat(offsets).to(device)
 
 
 def _total_steps(config: RunConfig, dataset: Dataset) -> int:
