@@ -320,7 +320,7 @@ def build_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: i
             train = train.take(rng.permutation(len(train))[: data.train_size])
         dataset.train_pool = train
         for name, size in (("val", data.val_size), ("test", data.test_size)):
-            dataset.add_set(name, splits[name].take(_evaluation_rows(task, splits[name], size)))
+            dataset.add_set(name, splits[name].take(tasks.set_rows(task, splits[name].op, size)))
     else:
         if data.train_size is not None:
             dataset.train_pool = sample_split(task, data, salt, 0, data.train_size, rng)
@@ -382,29 +382,6 @@ def sample_split(
         parts.append(batch.take(np.flatnonzero(keep)))
         have += int(keep.sum())
     return Problems.concat(parts).take(np.arange(n))
-
-
-def _evaluation_rows(task: TaskConfig, split: Problems, size: int) -> np.ndarray:
-    """Rows of a shuffled enumerated split that make an evaluation set of at most ``size``.
-
-    multi_op's sets hold each operation in its share (``tasks.op_shares``), as sampled sets
-    draw them and training batches weight them, rather than in its share of the space (// and
-    % have fewer problems than +): so a stop at ``train.target`` means the same at 3 digits
-    (enumerated) as at 4 (sampled). The counts are the shares of ``size`` rounded (largest
-    remainders); where an operation's part of the split is short of its count, the whole set
-    shrinks to keep the shares."""
-    if task.name != "multi_op":
-        return np.arange(min(size, len(split)))
-    shares = tasks.op_shares(task)
-    rows = [np.flatnonzero(split.op == i) for i in range(len(shares))]
-    fits = [len(r) / p for r, p in zip(rows, shares, strict=True) if p > 0]
-    total = int(min(size, *fits))
-    exact = total * shares
-    counts = np.floor(exact).astype(np.int64)
-    extra = np.argsort(counts - exact, kind="stable")[: total - counts.sum()]
-    counts[extra] += 1  # the largest remainders, so the counts add up to ``total``
-    counts = np.minimum(counts, [len(r) for r in rows])
-    return np.sort(np.concatenate([r[:n] for r, n in zip(rows, counts, strict=True)]))
 
 
 def _enumerated_splits(

@@ -1,4 +1,5 @@
-"""Random operands as digit arrays, and row hashes (private helpers of arith.problems.tasks).
+"""Random operands as digit arrays, row hashes, and sets that follow the operation weights
+(private helpers of arith.problems.tasks).
 
 Everything is vectorised over the batch; the loops run over digit columns or rejection rounds.
 """
@@ -87,3 +88,20 @@ def row_keys(op: np.ndarray, operands: np.ndarray, operand_len: np.ndarray) -> n
             digit = operands[:, m, width - 1 - c].astype(np.uint64)
             h = np.where(c < lens, mix64(h ^ (digit + np.uint64(1))), h)
     return h
+
+
+def share_rows(op: np.ndarray, shares: np.ndarray, size: int) -> np.ndarray:
+    """Rows of a shuffled set (``op``: each row's operation) that make one of at most ``size``
+    holding each operation in its share, in the set's order: the first rows of each.
+
+    Not its share of the space, where // and % have fewer problems than +: then a stop at
+    ``train.target`` would mean one thing at 3 digits (enumerated) and another at 4 (sampled).
+    The counts are the shares of the size rounded (largest remainders); where an operation has
+    too few rows for its count, the whole set shrinks to keep the shares."""
+    rows = [np.flatnonzero(op == i) for i in range(len(shares))]
+    total = int(min(size, *(len(r) / p for r, p in zip(rows, shares, strict=True) if p > 0)))
+    exact = total * shares
+    counts = np.floor(exact).astype(np.int64)
+    counts[np.argsort(counts - exact, kind="stable")[: total - counts.sum()]] += 1
+    counts = np.minimum(counts, [len(r) for r in rows])  # a rounding up past what there is
+    return np.sort(np.concatenate([r[:n] for r, n in zip(rows, counts, strict=True)]))

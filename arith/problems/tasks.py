@@ -245,9 +245,17 @@ def sample(
 
 def op_shares(task: TaskConfig) -> np.ndarray:
     """Each multi_op operation's share of the problems drawn: ``op_weights`` normalised, or
-    equal shares. Every set follows them, sampled or enumerated (arith.data.dataset)."""
+    equal shares. Every set follows them, sampled or enumerated (``set_rows``)."""
     weights = np.ones(len(task.ops)) if task.op_weights is None else np.array(task.op_weights)
     return weights / weights.sum()
+
+
+def set_rows(task: TaskConfig, op: np.ndarray, size: int) -> np.ndarray:
+    """Rows of a shuffled enumerated split (``op`` per row) for a set of at most ``size``;
+    multi_op's follow ``op_shares`` (``_sampling.share_rows``), as sampled sets do."""
+    if task.name != "multi_op":
+        return np.arange(min(size, len(op)))
+    return _sampling.share_rows(op, op_shares(task), size)
 
 
 def from_operands(task: TaskConfig, operands: np.ndarray, op: np.ndarray | None = None) -> Problems:
