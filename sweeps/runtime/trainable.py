@@ -16,6 +16,7 @@ from typing import Any
 from sweeps.spec.identity import POINT_KEY
 from sweeps.spec.packing import PACK_KEY, Member
 from sweeps.spec.space import Derived, resolve_run_config
+from sweeps.tracking.summary import RAY_KEY
 
 # train() marks its last report "done": 1, which Tune would take as "stop this trial now",
 # before the summary report; the checkpoint path is not a metric.
@@ -31,11 +32,16 @@ def reportable(metrics: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def summary_report(summary: dict[str, Any]) -> dict[str, Any]:
-    """The last report: numeric summary values plus ``stopped_reason`` (the callback's marker)."""
+def summary_report(summary: dict[str, Any], ray_version: str | None = None) -> dict[str, Any]:
+    """The last report: numeric summary values plus ``stopped_reason`` (the callback's marker),
+    ``final_weights`` and the ``hardware.*`` strings, with Ray's version where given (the
+    callback logs them as params)."""
     out = reportable(summary)
     out["stopped_reason"] = str(summary.get("stopped_reason", "max_steps"))
     out["final_weights"] = str(summary.get("final_weights", "last"))
+    out.update({k: str(v) for k, v in summary.items() if k.startswith("hardware.")})
+    if ray_version is not None:
+        out[RAY_KEY] = ray_version
     return out
 
 
@@ -52,6 +58,7 @@ def train_trial(
     at most that many seconds."""
     import time
 
+    import ray
     from ray import tune
 
     from arith.training.trainer import train
@@ -77,7 +84,7 @@ def train_trial(
 
         checkpoint_dir = Path(tmp) / "checkpoint"
         summary = train(run_config, report, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
-    tune.report(summary_report(summary))
+    tune.report(summary_report(summary, ray.__version__))
 
 
 def train_point_trial(config: dict[str, Any], **bound: Any) -> None:
@@ -99,6 +106,7 @@ def train_pack_trial(
     pack that holds them; the last report carries every member's summary."""
     import time
 
+    import ray
     from ray import tune
 
     from arith.training.trainer import train_pack
@@ -130,4 +138,5 @@ def train_pack_trial(
             resume_from=resume_from,
             report_step=report_step,
         )
-    tune.report({"members": {str(i): summary_report(s) for i, s in enumerate(summaries)}})
+    reports = {str(i): summary_report(s, ray.__version__) for i, s in enumerate(summaries)}
+    tune.report({"members": reports})

@@ -3,6 +3,7 @@ a stand-in for a trial that ended without one (sizes from its config, the steps 
 
 Either is one metrics record at the trial's last step, marked ``summary`` so that a replay of
 the journal can tell it from a result's metrics; its tags say which it is (``SUMMARY_TAG``).
+A real summary's params record the hardware the trial trained on (``hardware.*``).
 """
 
 from __future__ import annotations
@@ -10,9 +11,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from arith.training.hardware import HARDWARE_KEYS
 from arith.training.trainer import SUMMARY_KEYS
 from sweeps.tracking.outbox import Record
 from sweeps.tracking.state import REAL, STAND_IN, SUMMARY_TAG, TrialState
+
+RAY_KEY = "hardware.ray"
+"""Ray's version, which the trainable adds to train()'s hardware record."""
 
 _STATUS = {
     "early_stopping": "EARLY_STOPPED",
@@ -45,7 +50,16 @@ def real_summary(state: TrialState, result: dict[str, Any], trial_id: str) -> Re
     tags = {"sweep.stopped_reason": reason, "sweep.status": status, SUMMARY_TAG: REAL}
     if "final_weights" in result:  # which weights the test sets measured: best or last
         tags["sweep.final_weights"] = str(result["final_weights"])
-    return _summary_record(trial_id, state.not_logged(summary, step), step, tags)
+    record = _summary_record(trial_id, state.not_logged(summary, step), step, tags)
+    record["params"] = hardware_params(result)
+    return record
+
+
+def hardware_params(result: dict[str, Any]) -> dict[str, str]:
+    """What the trial trained on, as its run's params: train()'s ``hardware.*`` (device, GPU,
+    precision, torch and CUDA versions) and the trainable's ``hardware.ray``; none from a
+    trainable older than them."""
+    return {key: str(result[key]) for key in (*HARDWARE_KEYS, RAY_KEY) if key in result}
 
 
 def stand_in_summary(

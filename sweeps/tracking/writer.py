@@ -112,9 +112,11 @@ class MLflowWriter:
             self._log_setup(trial_id, record["config"])
         elif op == "running":
             self._set_running(state)
-        elif op == "metrics":
+        elif op == "metrics":  # a summary's carries params too: what the trial trained on
             run_id = record.get("run_id") or state.run_id
-            self._log_metrics(run_id, record["metrics"], record["step"], record.get("tags"))
+            self._log_metrics(
+                run_id, record["metrics"], record["step"], record.get("tags"), record.get("params")
+            )
         elif op == "end":
             self._end_run(state, record["tags"], record["run_status"])
         elif op == "spec":
@@ -193,16 +195,22 @@ class MLflowWriter:
         state.status_logged = None
 
     def _log_metrics(
-        self, run_id: str, metrics: dict[str, float], step: int, tags: dict[str, str] | None = None
+        self,
+        run_id: str,
+        metrics: dict[str, float],
+        step: int,
+        tags: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
     ) -> None:
-        """``metrics`` at ``step``, and ``tags``, in one ``log_batch`` call (which splits what
-        exceeds MLflow's limits per request itself)."""
-        from mlflow.entities import Metric, RunTag
+        """``metrics`` at ``step``, ``tags`` and ``params``, in one ``log_batch`` call (which
+        splits what exceeds MLflow's limits per request itself)."""
+        from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
         rows = [Metric(k, v, now, step) for k, v in metrics.items()]
         run_tags = [RunTag(k, v) for k, v in (tags or {}).items()]
-        self.client.log_batch(run_id, metrics=rows, tags=run_tags)
+        run_params = [Param(k, v) for k, v in (params or {}).items()]
+        self.client.log_batch(run_id, metrics=rows, params=run_params, tags=run_tags)
 
     def _end_run(self, state: TrialState, tags: dict[str, str], run_status: str) -> None:
         from mlflow.entities import RunTag

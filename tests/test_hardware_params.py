@@ -1,0 +1,91 @@
+"""What a run trained on (issue 32, item 5): train()'s summary carries ``hardware.*``, the
+trainable adds Ray's version, and the tracker logs them as the child run's params."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import ray
+import torch
+from mlflow import MlflowClient
+from sweep_procs import FakeTrial
+
+from arith import config as config_lib
+from arith.training.cost import describe
+from arith.training.hardware import HARDWARE_KEYS, hardware_record
+from arith.training.trainer import train, train_pack
+from sweeps.runtime.trainable import summary_report
+from sweeps.spec.space import resolve_run_config
+from sweeps.tracking.tracker import MLflowTracker
+
+TINY = [
+    "task.n_digits=2",
+    "format.name=reversed",
+    "model.d_model=16",
+    "model.n_layer=1",
+    "model.n_head=2",
+    "train.batch_size=8",
+    "train.max_steps=2",
+    "train.eval_every=2",
+    "train.train_eval_size=8",
+    "train.device=cpu",
+    "data.val_size=8",
+    "data.test_size=8",
+]
+
+
+def tiny(*overrides: str):
+    return config_lib.load(None, [*TINY, *overrides])
+
+
+def test_a_runs_summary_records_the_hardware_it_trained_on():
+    summary = train(tiny())  # train.precision=auto: fp32 on a CPU
+    assert {k: summary[k] for k in HARDWARE_KEYS} == {
+        "hardware.device": "cpu",
+        "hardware.gpu_name": "none",
+        "hardware.precision": "fp32",
+        "hardware.torch": torch.__version__,
+        "hardware.cuda": torch.version.cuda or "none",
+    }
+    packed = train_pack([tiny("train.seed=0"), tiny("train.seed=1")])
+    assert all(s["hardware.device"] == "cpu" for s in packed)
+
+
+@pytest.mark.parametrize(("precision", "resolved"), [("auto", "fp32"), ("bf16", "bf16")])
+def test_the_precision_recorded_is_the_resolved_one(precision, resolved):
+    assert hardware_record(torch.device("cpu"), precision)["hardware.precision"] == resolved
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a GPU's record is checked on a GPU")
+def test_a_gpus_record_names_its_index_and_its_card():
+    record = hardware_record(torch.device("cuda"), "auto")
+    assert record["hardware.device"] == f"cuda:{torch.cuda.current_device()}"
+    assert record["hardware.gpu_name"] == torch.cuda.get_device_name()
+    assert record["hardware.cuda"] == torch.version.cuda
+
+
+def test_the_trainables_last_report_carries_the_hardware_and_rays_version():
+    summary = {"steps": 2, "stopped_reason": "max_steps", "hardware.device": "cuda:0"}
+    report = summary_report(summary, "2.60.0")
+    assert report["hardware.device"] == "cuda:0" and report["hardware.ray"] == "2.60.0"
+
+
+def test_the_tracker_logs_the_hardware_as_the_child_runs_params(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    base = {"task": {"name": "addition", "n_digits": 2}, "train": {"max_steps": 2}}
+    resolve = functools.partial(resolve_run_config, base, derived={})
+    tracker = MLflowTracker(uri, "hardware-test", resolve, describe)
+    tracker.start_parent("sweep: {name: hardware-test}\n")
+    trial = FakeTrial("t_0", {})
+    tracker.on_trial_start(0, [], trial)
+    summary = train(tiny())
+    result = {**summary_report(summary, ray.__version__), "training_iteration": 1}
+    tracker.on_trial_result(1, [], trial, result)
+    tracker.on_trial_complete(2, [], trial)
+    tracker.finish_parent()
+    client = MlflowClient(uri)
+    params = client.get_run(tracker.trials["t_0"].run_id).data.params
+    assert {k: params[k] for k in HARDWARE_KEYS} == {k: summary[k] for k in HARDWARE_KEYS}
+    assert params["hardware.ray"] == ray.__version__
+    assert params["train.max_steps"] == "2"  # beside the config's own
