@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The main job, as ``sweeps.bench.FLAGSHIP`` names it (not imported: sweeps.bench imports this).
+MAIN_JOB = ROOT / "search_spaces" / "width_vs_depth.yaml"
 NO_CUDA = "no CUDA device: the GPU acceptance run needs one (torch.cuda.is_available() is False)"
 GPU_SIZES = ["100k", "1m", "10m"]
 GPU_PACKS = [1, 16, 64]
@@ -82,12 +84,10 @@ def throughput(device_name: str) -> list[dict]:
 def run_main_job(budget_s: float) -> bool:
     """Part 3: the main job with its shipped ``gpu: auto``, cut at ``budget_s`` seconds; True
     when the command ended well."""
-    from sweeps.bench import FLAGSHIP
-
-    print(f"\n3. the main job ({FLAGSHIP.name}, gpu: auto), at most {budget_s:.0f} s", flush=True)
+    print(f"\n3. the main job ({MAIN_JOB.name}, gpu: auto), at most {budget_s:.0f} s", flush=True)
     with tempfile.TemporaryDirectory(prefix="sweeps-gpu-") as tmp:
         command = [
-            sys.executable, "-m", "sweeps.run", str(FLAGSHIP), "--out", tmp,
+            sys.executable, "-m", "sweeps.run", str(MAIN_JOB), "--out", tmp,
             "--tracking-uri", f"sqlite:///{tmp}/mlflow.db",
             "--set", f"sweep.time_budget_s={budget_s:.0f}",
         ]  # fmt: skip

@@ -3,7 +3,7 @@ command that made it, next to what its seed document claims.
 
     python -m sweeps.findings --run                    # run all nine spaces, then write the report
     python -m sweeps.findings                          # the report from MLflow, for spaces that ran
-    python -m sweeps.findings grokking --run --set sweep.resources.gpu=0.25   # one space again, GPU
+    python -m sweeps.findings grokking --run           # one space again (on GPUs where there are)
 
 Every figure in ``docs/findings.md`` comes from a run: tables and checks from the trials in
 MLflow, times from the wall clock of ``sweeps.run`` (recorded beside its outputs in

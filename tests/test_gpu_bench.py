@@ -34,3 +34,9 @@ def test_the_sizes_are_bench_pack_shapes():
     from sweeps.bench_pack import PACK_SIZES
 
     assert set(bench_gpu.GPU_SIZES) <= set(PACK_SIZES)
+
+
+def test_the_main_job_is_the_flagship():
+    from sweeps.bench import FLAGSHIP
+
+    assert bench_gpu.MAIN_JOB == FLAGSHIP

@@ -25,7 +25,10 @@ def gpu_share(n_gpus: float, concurrent: int) -> float:
     if n_gpus <= 0:
         return 0.0
     concurrent = max(1, concurrent)
-    return 1.0 if concurrent <= n_gpus else 1.0 / math.ceil(concurrent / n_gpus)
+    if concurrent <= n_gpus:
+        return 1.0
+    # Down to Ray's resolution of a share (1e-4), so that k shares never add up to more than one
+    return math.floor(1e4 / math.ceil(concurrent / n_gpus)) / 1e4
 
 
 def cluster_resources() -> dict[str, float]:
