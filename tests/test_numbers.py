@@ -183,12 +183,6 @@ def test_training_offsets_reach_every_abacus_entry_and_no_further(max_k, longest
     assert reached == set(range(1, max_k + 1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the loop draws its offsets in arith/training/trainer.py (moving to prefetch.py), "
-    "someone else's work in progress: it must call positions.training_offsets with the "
-    "format's longest digit run; remove this mark then",
-)
 def test_training_reaches_the_abacus_table_s_last_entry(monkeypatch):
     # reversed 3-digit multiplication writes 6-digit runs; the table's last entry is 7, which
     # a 7-digit operand of a longer set reads

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from arith.data.batches import pack_batch
+from arith.model.positions import training_offsets
 from arith.text.formats import longest_digit_run
 from arith.training.hardware import host_to_device
 
@@ -96,15 +97,13 @@ def abacus_offsets(members: list[MemberRun], rows: int) -> torch.Tensor | None:
     """The pack's Abacus offsets (M * rows,), where the model has Abacus positions (else None).
 
     McLeish et al. 2024: a random shift so long numbers meet trained indices, drawn from each
-    member's own generator; the longest digit run the format writes, at least k + 1."""
+    member's own generator (``positions.training_offsets``: up to the table's last entry)."""
     config = members[0].config
     if config.model.position != "abacus":
         return None
-    max_run = max(config.task.n_digits + 1, longest_digit_run(config.format, config.task))
-    highs = [max(1, m.config.model.abacus_max_k - max_run) for m in members]
+    longest = longest_digit_run(config.format, config.task)
     offsets = [
-        torch.randint(0, high, (rows,), generator=m.generator)
-        for m, high in zip(members, highs, strict=True)
+        training_offsets(rows, m.config.model.abacus_max_k, longest, m.generator) for m in members
     ]
     return torch.cat(offsets)
 
