@@ -82,6 +82,28 @@ def test_only_a_trial_that_ran_to_its_end_is_reused(status, tags, whole):
     assert ran_to_its_end(status, tags) is whole
 
 
+def test_hardware_note_says_when_trials_ran_on_different_devices_or_precisions():
+    import pandas as pd
+
+    from sweeps.spec.identity import hardware_note
+
+    alike = pd.DataFrame({"hardware.device": ["cpu", "cpu"], "hardware.precision": ["fp32"] * 2})
+    assert hardware_note(alike) == "" and hardware_note(pd.DataFrame({"x": [1]})) == ""
+    gpus = pd.DataFrame(
+        {"hardware.device": ["cuda:0", "cuda:1"], "hardware.precision": ["bf16"] * 2}
+    )
+    assert hardware_note(gpus) == ""  # one kind of device: which GPU does not matter
+    mixed = pd.DataFrame(
+        {
+            "hardware.device": ["cpu", "cuda:0", "cuda:0"],
+            "hardware.precision": ["fp32", "bf16", "bf16"],
+        }
+    )
+    assert hardware_note(mixed) == (
+        " Warning: trials ran on different hardware (cpu fp32: 1; cuda bf16: 2 trials)."
+    )
+
+
 def _wanted(*keys: str) -> list[tuple[dict, str]]:
     return [({"model.d_model": i}, key) for i, key in enumerate(keys)]
 

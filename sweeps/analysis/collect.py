@@ -36,7 +36,7 @@ from sweeps.analysis.tables import (
     summarise,
     to_markdown,
 )
-from sweeps.spec.identity import CODE_TAG, code_note
+from sweeps.spec.identity import CODE_TAG, code_note, hardware_note
 from sweeps.spec.table_block import TableSpec
 
 # A child run an ``--extend`` left out of its sweep (sweeps.runtime.extend): a trial of a grid
@@ -288,6 +288,7 @@ def render_tables(
             if note:  # diverged or errored trials are in the cells; say which they are
                 body += "\n\n" + "  \n".join(f"_{line}_" for line in note.splitlines())
         caption = describe(spec, _pooled(trials, spec)) + code_note(trials)
+        caption += hardware_note(trials)
         sections.append(f"## {spec.name}\n\n{caption}\n\n{body}\n")
     return "\n".join(sections)
 

@@ -74,3 +74,21 @@ def code_note(trials) -> str:
         f" Warning: trials trained by {len(counts)} versions of arith's code ({versions} "
         "trials): some were reused across a code change (--extend --reuse-stale)."
     )
+
+
+def hardware_note(trials) -> str:
+    """A table caption's warning where the trials ran on different kinds of device or in
+    different precisions (their ``hardware.device`` and ``hardware.precision`` params: a CPU
+    fp32 trial and a GPU bf16 one of one cell, say, after an --extend on another machine);
+    empty otherwise."""
+    columns = [c for c in ("hardware.device", "hardware.precision") if c in trials.columns]
+    if not columns:
+        return ""
+    kinds = trials[columns].fillna("unknown").astype(str)
+    if "hardware.device" in kinds:
+        kinds["hardware.device"] = kinds["hardware.device"].str.split(":").str[0]
+    labels = kinds.apply(" ".join, axis=1)
+    if labels.nunique() < 2:
+        return ""
+    counts = "; ".join(f"{label}: {n}" for label, n in labels.value_counts().sort_index().items())
+    return f" Warning: trials ran on different hardware ({counts} trials)."
