@@ -144,3 +144,17 @@ def test_the_driver_refuses_a_gpu_on_a_machine_without_one(tmp_path):
         "error: sweep.resources.gpu: 1.0 asks for a GPU, but the cluster has none "
         "(set 0, or auto to use GPUs where there are some)"
     ]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a machine without GPUs")
+@pytest.mark.parametrize("local_ray", [1], indirect=True)
+def test_a_trial_granted_a_gpu_torch_cannot_see_fails_in_one_line(local_ray):
+    import ray
+
+    @ray.remote(num_gpus=1)
+    def a_trial_start():
+        placement.check_granted_gpu()  # as train_trial and train_pack_trial begin
+
+    with pytest.raises(ray.exceptions.RayTaskError) as raised:
+        ray.get(a_trial_start.remote())
+    assert "this trial was granted GPU 0, but torch cannot see it" in str(raised.value)

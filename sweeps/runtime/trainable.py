@@ -62,7 +62,9 @@ def train_trial(
     from ray import tune
 
     from arith.training.trainer import train
+    from sweeps.runtime.placement import check_granted_gpu
 
+    check_granted_gpu()  # a GPU granted that torch cannot see: one line, not a CPU trial
     run_config = resolve_run_config(base, config, derived)
     with tempfile.TemporaryDirectory(prefix="arith-trial-") as tmp:
         resume_from = None
@@ -110,7 +112,9 @@ def train_pack_trial(
     from ray import tune
 
     from arith.training.trainer import train_pack
+    from sweeps.runtime.placement import check_granted_gpu
 
+    check_granted_gpu()
     members = packs[config[PACK_KEY]]
     run_configs = [resolve_run_config(base, m.point, derived) for m in members]
     with tempfile.TemporaryDirectory(prefix="arith-pack-") as tmp:
