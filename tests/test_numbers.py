@@ -211,3 +211,27 @@ def test_training_reaches_the_abacus_table_s_last_entry(monkeypatch):
     ]
     train(config_lib.load(None, overrides))
     assert max(trained) == 7
+
+
+def test_the_kept_weights_are_those_of_the_best_value_with_min_delta():
+    """min_delta=10 on val/loss: no later evaluation counts for patience, but the loss still
+    falls; the run keeps (and reports on) the weights of its lowest loss, not step 0's."""
+    overrides = [
+        "task.n_digits=2",
+        "format.name=reversed",
+        "model.d_model=32",
+        "model.n_layer=1",
+        "train.batch_size=32",
+        "train.eval_every=10",
+        "train.train_eval_size=32",
+        "data.val_size=32",
+        "data.test_size=32",
+        "train.max_steps=40",
+        "train.monitor=val/loss",
+        "train.min_delta=10",
+        "train.patience=3",
+    ]
+    summary = train(config_lib.load(None, overrides))
+    assert summary["stopped_reason"] == "early_stopping"
+    assert summary["final_weights_step"] > 0
+    assert summary["val/loss"] == summary["best/val/loss"]

@@ -108,7 +108,7 @@ def evaluate_member(
     state = m.state
     if m.stop == "max_steps":
         m.stop = state.update(metrics, step, tc) or m.stop
-        if tc.patience is not None and state.evals_without_improvement == 0:
+        if tc.patience is not None and state.best_at == step:  # a new best, however small
             state.best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
             state.best_step = step
     if tc.time_budget_s and metrics["time/elapsed_s"] > tc.time_budget_s and m.stop == "max_steps":

@@ -21,6 +21,8 @@ class LoopState:
     last_report_step: int = -1
     best: float | None = None
     """The monitor's best value so far, whatever ``min_delta`` is (``best/<monitor>``)."""
+    best_at: int | None = None
+    """The step of ``best``: the weights early stopping keeps (``best_weights``) are its."""
     patience_best: float | None = None
     """The value patience counts from: the last one that beat its predecessor by more than
     ``min_delta``. It lags ``best`` when small gains add up without one counting."""
@@ -61,7 +63,7 @@ class LoopState:
         # a checkpoint from before ``patience_best`` kept that value in ``best``
         reference = self.best if self.patience_best is None else self.patience_best
         if self.best is None or sign * (value - self.best) > 0:
-            self.best = value
+            self.best, self.best_at = value, step
         if reference is None or sign * (value - reference) > tc.min_delta:
             self.patience_best, self.evals_without_improvement = value, 0
         else:
