@@ -58,7 +58,7 @@ def masked(uri: str) -> str:
     if parts.password is None:
         return uri
     netloc = f"{parts.username}:***@{parts.netloc.rsplit('@', 1)[1]}"
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def has_credentials(uri: str) -> bool:
