@@ -102,6 +102,14 @@ def test_hardware_note_says_when_trials_ran_on_different_devices_or_precisions()
     assert hardware_note(mixed) == (
         " Warning: trials ran on different hardware (cpu fp32: 1; cuda bf16: 2 trials)."
     )
+    # a precision the spec varies on purpose (width_vs_depth: bf16 from width 64) is no warning
+    derived = pd.DataFrame(
+        {"hardware.device": ["cpu"] * 3, "hardware.precision": ["fp32", "bf16", "bf16"],
+         "train.precision": ["fp32", "bf16", "bf16"]}
+    )  # fmt: skip
+    assert hardware_note(derived) == ""
+    auto = derived.assign(**{"train.precision": ["auto"] * 3})  # one ask, resolved two ways
+    assert hardware_note(auto).startswith(" Warning: trials ran on different hardware")
 
 
 def _wanted(*keys: str) -> list[tuple[dict, str]]:

@@ -77,18 +77,20 @@ def code_note(trials) -> str:
 
 
 def hardware_note(trials) -> str:
-    """A table caption's warning where the trials ran on different kinds of device or in
-    different precisions (their ``hardware.device`` and ``hardware.precision`` params: a CPU
-    fp32 trial and a GPU bf16 one of one cell, say, after an --extend on another machine);
-    empty otherwise."""
-    columns = [c for c in ("hardware.device", "hardware.precision") if c in trials.columns]
-    if not columns:
+    """A table caption's warning where the trials ran on different kinds of device, or where
+    trials asking for one precision (``train.precision``) trained in different ones (their
+    resolved ``hardware.device`` and ``hardware.precision`` params: a CPU fp32 trial and a GPU
+    bf16 one of one cell, say, after an --extend on another machine); empty otherwise. A
+    precision the spec varies on purpose is no warning."""
+    if "hardware.device" not in trials.columns:
         return ""
-    kinds = trials[columns].fillna("unknown").astype(str)
-    if "hardware.device" in kinds:
-        kinds["hardware.device"] = kinds["hardware.device"].str.split(":").str[0]
-    labels = kinds.apply(" ".join, axis=1)
-    if labels.nunique() < 2:
+    device = trials["hardware.device"].fillna("unknown").astype(str).str.split(":").str[0]
+    resolved = trials.get("hardware.precision")
+    label = device if resolved is None else device + " " + resolved.fillna("unknown").astype(str)
+    asked = trials.get("train.precision")
+    groups = [label] if asked is None else [label[asked == a] for a in asked.dropna().unique()]
+    devices_differ = device.nunique() > 1
+    if not devices_differ and all(g.nunique() < 2 for g in groups):
         return ""
-    counts = "; ".join(f"{label}: {n}" for label, n in labels.value_counts().sort_index().items())
+    counts = "; ".join(f"{k}: {n}" for k, n in label.value_counts().sort_index().items())
     return f" Warning: trials ran on different hardware ({counts} trials)."
