@@ -31,8 +31,8 @@ from sweeps.analysis.collect import (
     write_outputs,
 )
 from sweeps.analysis.plots import CURVE_METRICS
-from sweeps.analysis.sources import is_folder, read_spec_file, saved_state, table_specs_of
-from sweeps.analysis.store import default_tracking_uri
+from sweeps.analysis.sources import is_folder, read_spec_file, table_specs_of
+from sweeps.analysis.store import default_tracking_uri, read_state
 from sweeps.analysis.tables import default_table_specs
 
 DEFAULT_OUT = "results"
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         name, out_dir, spec_dir = _target(args.sweep, args.out)
         # A sweep's folder names its own parent run and store (sweep.json): another sweep of
         # the same name, newer in that experiment, is not this folder's.
-        saved = saved_state(Path(args.sweep)) if is_folder(args.sweep) else {}
+        saved = read_state(Path(args.sweep)) if is_folder(args.sweep) else {}
         uri = resolve_tracking_uri(args.tracking_uri or saved.get("tracking_uri"))
         client = open_client(uri)
         parent = find_parent_run(client, name, args.parent_run_id or saved.get("parent_run_id"))

@@ -11,7 +11,6 @@ Both give the trials as ``trials.csv`` holds them: one row per trial, the swept 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from mlflow.exceptions import MlflowException
 
 from sweeps.analysis import collect
 from sweeps.analysis.collect import CollectError
-from sweeps.analysis.store import STATE_FILE, default_tracking_uri
+from sweeps.analysis.store import STATE_FILE, default_tracking_uri, read_state
 from sweeps.spec.table_block import TableSpec, table_specs_from_block
 
 RUN_PREFIX = "run:"
@@ -85,19 +84,9 @@ def _from_folder(folder: Path) -> Sweep:
         raise CollectError(f"{trials_csv}: not a trials table ({err})") from None
     spec_file = folder / "spec.yaml"
     spec = read_spec_file(spec_file) if spec_file.is_file() else None
-    state = saved_state(folder)
+    state = read_state(folder)
     name = folder.resolve().name
     return Sweep(name, trials, spec, state.get("tracking_uri"), state.get("parent_run_id"))
-
-
-def saved_state(folder: Path) -> dict:
-    """A sweep folder's ``sweep.json``: the MLflow parent run (``parent_run_id``) and store
-    (``tracking_uri``) its sweep logged to; {} without one."""
-    try:
-        state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # a folder copied without it: the trials are still there
-    return state if isinstance(state, dict) else {}
 
 
 def _from_mlflow(source: str, uri: str) -> Sweep:

@@ -63,3 +63,15 @@ def masked(uri: str) -> str:
 
 def has_credentials(uri: str) -> bool:
     return masked(uri) != uri
+
+
+def read_state(folder: Path) -> dict:
+    """A sweep folder's ``sweep.json``: its name, MLflow parent run (``parent_run_id``) and
+    store (``tracking_uri``); {} without one (a folder copied without it, or none yet)."""
+    import json
+
+    try:
+        state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}

@@ -4,11 +4,10 @@ error type a sweep's checks raise. Light on purpose: reading it imports no MLflo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sweeps.analysis.store import STATE_FILE
+from sweeps.analysis.store import read_state
 
 if TYPE_CHECKING:
     from sweeps.spec.sweep_spec import SweepSpec
@@ -16,14 +15,6 @@ if TYPE_CHECKING:
 
 class SweepError(Exception):
     """A reason not to start (str(err) is the one line shown after ``error: ``)."""
-
-
-def read_state(out_dir: Path) -> dict[str, Any]:
-    """The sweep's ``sweep.json`` in ``out_dir`` ({} when there is none)."""
-    try:
-        return json.loads((out_dir / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
 
 
 def tune_name(spec: SweepSpec, out_dir: Path) -> str:
