@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from import_graph import assert_acyclic
+
 ARITH = Path(__file__).resolve().parents[1] / "arith"
 # The base (the one error type, the strict dict -> dataclass loader), the stages, the run
 # config that composes them; the commands (cli, train, predict, bench, ...) come after all.
@@ -84,21 +86,7 @@ def test_stages_import_only_the_ones_before():
 
 
 def test_no_import_cycles():
-    graph, done, path = _graph(typing_too=True), set(), []
-
-    def visit(module: str) -> None:
-        if module in path:
-            raise AssertionError(" -> ".join([*path[path.index(module) :], module]))
-        if module in done:
-            return
-        path.append(module)
-        for other in sorted(graph[module]):
-            visit(other)
-        path.pop()
-        done.add(module)
-
-    for module in sorted(graph):
-        visit(module)
+    assert_acyclic(_graph(typing_too=True))
 
 
 def test_the_stages_are_packages():

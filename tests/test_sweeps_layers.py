@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from import_graph import assert_acyclic
+
 SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 LAYERS = ("spec", "analysis", "tracking", "cluster", "runtime")
 
@@ -60,21 +62,7 @@ def test_packages_import_only_the_ones_below():
 
 
 def test_no_import_cycles():
-    graph, done, path = _graph(), set(), []
-
-    def visit(module: str) -> None:
-        if module in path:
-            raise AssertionError(" -> ".join([*path[path.index(module) :], module]))
-        if module in done:
-            return
-        path.append(module)
-        for other in sorted(graph[module]):
-            visit(other)
-        path.pop()
-        done.add(module)
-
-    for module in sorted(graph):
-        visit(module)
+    assert_acyclic(_graph())
 
 
 def test_the_commands_stay_few():
