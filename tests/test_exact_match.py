@@ -120,7 +120,7 @@ def test_a_missing_digit_is_wrong_where_it_should_be():
     assert (acc["digit_accuracy/0"], acc["digit_accuracy/1"]) == (0.5, 1.0)
 
 
-TRACES = {"division_trace": True, "sign_trace": True}
+TRACES = {"division_trace": True, "sign_trace": True, "mul_trace": True}
 
 
 @pytest.mark.parametrize(
@@ -136,6 +136,27 @@ def test_right_answers_score_every_digit_in_every_format(name, traces):
     assert right == {f"digit_accuracy/{i}": 1.0 for i in range(6)}  # 998001 has 6 digits
     wrong = digit_accuracy(fmt.answer_text(problems.take(np.array([1, 1]))), problems, fmt)
     assert wrong["digit_accuracy/0"] == 0.25  # 46 in every row: only 12 + 34 is right
+
+
+def test_exact_match_scores_a_traced_answer_whole_and_digit_accuracy_its_answer_only():
+    """As for division_trace rows, exact match compares every answer token (the mul_trace lines
+    too), and digit accuracy reads the answer after the trace's last comma."""
+    task = TaskConfig(name="multi_op", n_digits=3)
+    fmt = build_format(FormatConfig(name="carry_trace", mul_trace=True), task)
+    problems = from_ints(task, [[123, 45]], ["*"])
+    (right,) = fmt.answer_text(problems)  # "5511160,4219040,...,+500300500500000000"
+    wrong_trace = "6" + right[1:]  # b's ones digit miscopied, the answer right
+    wrong_ones = right[:-18] + "6" + right[-17:]  # 5536
+    runs = {
+        script: evaluate_set(
+            Scripted(ids(fmt, script + "$"), len(fmt.vocab)), fmt, problems, torch.device("cpu")
+        )
+        for script in (right, wrong_trace, wrong_ones)
+    }
+    digits = [f"digit_accuracy/{i}" for i in range(4)]  # 5535
+    assert [runs[right][k] for k in ["exact_match", *digits]] == [1.0] * 5
+    assert [runs[wrong_trace][k] for k in ["exact_match", *digits]] == [0.0, 1.0, 1.0, 1.0, 1.0]
+    assert [runs[wrong_ones][k] for k in ["exact_match", *digits]] == [0.0, 0.0, 1.0, 1.0, 1.0]
 
 
 @pytest.mark.parametrize("mask_first_n", [0, 2])

@@ -15,8 +15,9 @@ from arith.errors import ConfigError
 from arith.model import positions
 from arith.model.positions import abacus_index, digit_run_index
 from arith.predict import encode_prompt_text, parse_prompt
-from arith.problems import tasks
+from arith.problems import tasks, traces
 from arith.problems.tasks import TaskConfig
+from arith.text import formats
 from arith.text.formats import Encoded, FormatConfig, build_format, longest_digit_run
 from arith.training.trainer import train
 
@@ -136,7 +137,121 @@ def test_sign_trace_writes_a_minus_b_with_its_borrows_before_the_answer():
     ]
 
 
-@pytest.mark.parametrize("key", ["division_trace", "sign_trace"])
+# 123 * 45 with mul_trace: 615, 492 and 0 with their carries, 615 + 4920 = 5535, then + 0 * 100
+MUL_EXAMPLE = "5511160,4219040,0000000,503051500000,+500300500500000000"
+
+
+def test_mul_trace_example_round_trips_as_its_docstrings_write_it():
+    task = TaskConfig("multi_op", n_digits=3)
+    f = fmt("carry_trace", task, mul_trace=True)
+    problems = tasks.from_ints(task, [[123, 45], [123, 45]], ["*", "+"])
+    assert f.answer_text(problems) == [MUL_EXAMPLE, "+800600100000000000"]  # + writes no trace
+    assert MUL_EXAMPLE in formats.__doc__
+    assert MUL_EXAMPLE in traces.mul_trace.__doc__.replace(", ", ",")
+    assert read_mul_trace(MUL_EXAMPLE, 123, 45, 3) == 5535
+
+
+def add_columns(x: int, y: int, width: int) -> tuple[list[int], list[int]]:
+    """Digits and carries of x + y, ones first, computed the slow, obvious way."""
+    digits, carries, carry = [], [], 0
+    for m in range(width):
+        t = x // 10**m % 10 + y // 10**m % 10 + carry
+        digits.append(t % 10)
+        carry = t // 10
+        carries.append(carry)
+    return digits, carries
+
+
+def read_mul_trace(answer: str, a: int, b: int, k: int) -> int:
+    """The product an answer with a mul_trace writes, after checking every line against exact
+    arithmetic: partial product j is b_j, then a_i * b_j + carry in per column (digit, carry);
+    running sum j adds a * b_j * 10**j to the one before with its column carries; the answer
+    (sign, then digit and two-digit carry per column) adds the last partial product."""
+    *lines, answer = answer.split(",")
+    partials, sums = lines[:k], lines[k:]
+    assert len(sums) == max(k - 2, 0)
+    a_digits = [a // 10**i % 10 for i in range(k)]
+    products = []
+    for j, line in enumerate(partials):
+        b_j = b // 10**j % 10
+        assert len(line) == 2 * k + 1 and line[0] == str(b_j)
+        carry = 0
+        for i in range(k):
+            t = a_digits[i] * b_j + carry
+            carry = t // 10
+            assert line[1 + 2 * i : 3 + 2 * i] == f"{t % 10}{carry}", (j, i, line)
+        products.append(int(line[1::2][::-1]) + carry * 10**k)  # the last carry: the top digit
+        assert products[-1] == a * b_j
+    assert answer[0] == "+"
+    additions = [([int(d) for d in line[0::2]], [int(c) for c in line[1::2]]) for line in sums]
+    carries = [int(answer[i : i + 2]) for i in range(2, len(answer), 3)]
+    additions.append(([int(d) for d in answer[1::3]], carries))
+    total = products[0]
+    for j, (digits, carries) in enumerate(additions, start=1):
+        assert len(digits) == len(carries) == 2 * k
+        addend = products[j] * 10**j if j < k else 0  # k = 1: the answer is a * b_0
+        assert (digits, carries) == add_columns(total, addend, 2 * k), (j, digits, carries)
+        total += addend
+    return total
+
+
+@pytest.mark.parametrize(
+    "task",
+    [*(TaskConfig("multi_op", n_digits=k) for k in (1, 2, 3, 4)), ARITH_TASKS["mul5"]],
+    ids=lambda t: f"{t.name}{t.n_digits}",
+)
+def test_mul_trace_writes_partial_products_and_running_sums(task):
+    k = task.n_digits
+    f = fmt("carry_trace", task, mul_trace=True)
+    rng = np.random.default_rng(k)
+    nines = 10**k - 1
+    a = [0, nines, nines, 10 ** (k - 1), 7, *rng.integers(0, 10**k, 300).tolist()]
+    b = [nines, nines, 1, 10 ** (k - 1), 0, *rng.integers(0, 10**k, 300).tolist()]
+    problems = tasks.from_ints(task, [list(row) for row in zip(a, b, strict=True)], ["*"] * len(a))
+    for x, y, text in zip(a, b, f.answer_text(problems), strict=True):
+        assert read_mul_trace(text, x, y, k) == x * y, (x, y, text)
+    enc = f.encode(problems)
+    assert enc.tokens.shape[1] == f.max_seq_len()  # every * row is as long as the longest
+    assert (enc.prompt_len + enc.answer_len == f.max_seq_len()).all()
+    assert f.max_seq_len() - fmt("carry_trace", task).max_seq_len() == traces.max_mul_trace_len(k)
+
+
+def test_mul_trace_rows_decode_and_encode_back_to_their_tokens():
+    task = ARITH_TASKS["multi3"]
+    f = fmt("carry_trace", task, mul_trace=True, division_trace=True, sign_trace=True)
+    problems = tasks.sample(task, 300, np.random.default_rng(6))
+    enc = f.encode(problems)
+    assert enc.tokens.shape[1] <= f.max_seq_len()
+    operands, _ = tasks.to_ints(problems)
+    symbols = tasks.op_symbols(task)
+    for row, n, (a, b), op in zip(
+        enc.tokens, enc.prompt_len + enc.answer_len, operands, problems.op, strict=True
+    ):
+        text = f.decode(row)
+        assert [*f.text_ids(text), f.eos_id] == row[:n].tolist()
+        prompt, answer = text.split("=")
+        assert parse_prompt(f, prompt + "=") == ([a, b], symbols[op])
+        if symbols[op] == "*":
+            assert read_mul_trace(answer, a, b, 3) == a * b
+    # the 3-digit lengths: 29 tokens for a * row without the trace, 66 with it
+    assert (
+        fmt("carry_trace", task).max_seq_len(),
+        fmt("carry_trace", task, mul_trace=True).max_seq_len(),
+    ) == (29, 66)
+
+
+def test_mul_trace_lifts_the_two_digit_carry_limit():
+    """Its carries are at most 8 (a partial product) and 1 (a sum): 12-digit * builds with it."""
+    task = TaskConfig("multiplication", n_digits=12)
+    with pytest.raises(ConfigError, match="carries up to 107"):
+        fmt("carry_trace", task)
+    f = fmt("carry_trace", task, mul_trace=True)
+    nines = 10**12 - 1
+    (text,) = f.answer_text(tasks.from_ints(task, [[nines, nines]]))
+    assert read_mul_trace(text, nines, nines, 12) == nines * nines
+
+
+@pytest.mark.parametrize("key", ["division_trace", "sign_trace", "mul_trace"])
 def test_traces_need_carry_trace(key):
     with pytest.raises(ConfigError, match=rf"format\.{key}"):
         FormatConfig("plain", **{key: True})

@@ -55,6 +55,9 @@ CASES = {
     "one-abacus-dropout": [["model.position=abacus", "model.dropout=0.1"]],
     "pack": MEMBERS,
     "pack-buckets": [[*m, "train.length_buckets=2"] for m in MEMBERS],
+    # Grokfast's gradient filter: one model, and a pack where only member 0 filters
+    "one-grad-filter": [["optim.grad_filter=ema"]],
+    "pack-grad-filter": [[*MEMBERS[0], "optim.grad_filter=ema"], MEMBERS[1]],
 }
 
 

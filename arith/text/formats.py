@@ -5,7 +5,8 @@ Five formats, each with one literal example (prompt -> answer):
 - ``plain`` (seed 000): ``"1234 + 5678 ="`` -> ``"6912"``
 - ``spaced`` (seed 000's OOD form): ``"1 234 + 5 678="`` -> ``"6 912"``
 - ``reversed`` (seed 001): 321 + 54 -> ``"123+45="`` -> ``"573"``
-- ``carry_trace`` (seed 004): 123 * 45 -> ``"123*  45="`` -> ``"+501302501500000000"``
+- ``carry_trace`` (seed 004): 123 * 45 -> ``"123*  45="`` -> ``"+501302501500000000"``;
+  with ``mul_trace`` -> ``"5511160,4219040,0000000,503051500000,+500300500500000000"``
 - ``base100`` (seed 002): 123 + 456 -> ``[1, 23, "+", 4, 56, "="]`` -> ``[5, 79]``
 
 Encoding is vectorised: every part of a row (operand digits, operator, ...) is a segment of
@@ -23,6 +24,7 @@ import numpy as np
 from arith.errors import require
 from arith.problems import _digits, traces
 from arith.problems.tasks import Problems, TaskConfig, max_answer_digits, op_symbols, operand_width
+from arith.text import _scratchpad
 from arith.text import _segments as seg
 
 # Character formats share one vocabulary; token id == digit value for "0".."9".
@@ -53,6 +55,10 @@ class FormatConfig:
     # carry_trace only: write a - b ones digit first with each column's borrow before the
     # answer of -, so its sign is the last borrow (arith.problems.traces.sign_trace).
     sign_trace: bool = False
+    # carry_trace only: write a * b as its partial products a * b_j and their running sums
+    # before the answer of *, whose carries become the last sum's (traces.mul_trace): 123 * 45
+    # writes 5511160,4219040,0000000,503051500000,+500300500500000000 (615, 492, 0, 5535).
+    mul_trace: bool = False
 
     def __post_init__(self) -> None:
         allowed = typing.get_args(typing.get_type_hints(FormatConfig)["name"])
@@ -65,7 +71,7 @@ class FormatConfig:
             "format.mask_first_n",
             f"expected an integer >= 0, but got {m!r}",
         )
-        for key in ("division_trace", "sign_trace"):
+        for key in _scratchpad.TRACES:
             value = getattr(self, key)
             require(
                 isinstance(value, bool),
@@ -108,7 +114,7 @@ def build_format(fmt: FormatConfig, task: TaskConfig) -> Format:
             "format.name",
             f"{fmt.name!r} writes arithmetic results and cannot encode the sorting task",
         )
-    if fmt.name == "carry_trace" and "*" in op_symbols(task):
+    if fmt.name == "carry_trace" and "*" in op_symbols(task) and not fmt.mul_trace:
         carry = traces.max_mul_carry(task.n_digits)
         require(
             carry <= MAX_TRACE_CARRY,
@@ -165,6 +171,7 @@ class Format:
         self.pad_id = self.token_ids["<pad>"]
         self.eos_id = self.token_ids["<eos>"]
         self.digit_ids = tuple(range(100 if config.name == "base100" else 10))
+        self.trace_keys = tuple(key for key in _scratchpad.TRACES if getattr(config, key))
 
     # -- encoding ------------------------------------------------------------------------------
 
@@ -243,7 +250,8 @@ class Format:
     def _carry_trace(self, p: Problems) -> tuple[list[seg.Segment], list[seg.Segment]]:
         """``123*  45=`` -> ``+501302501500000000``: sign, then per result digit (LSB first) the
         digit and its two-digit carry (schoolbook column carry for *, addition carry for +,
-        the borrow of ``|a - b|``'s column for -).
+        the borrow of ``|a - b|``'s column for -), after the traces the config asks for
+        (arith.text._scratchpad; with mul_trace the carries of * are its last running sum's).
         """
         n = len(p)
         # operand field width and result digits; wider problems (length tests) widen both
@@ -263,10 +271,11 @@ class Format:
         carries = self._carries(p, operands, r)
         triples = np.stack([digits, carries // 10, carries % 10], axis=2).reshape(n, 3 * r)
         sign = np.where(p.answer_negative, self.token_ids["-"], self.token_ids["+"])[:, None]
-        answer = [(sign, np.ones(n, np.int64)), (triples, np.full(n, 3 * r))]
-        if self.config.division_trace or self.config.sign_trace:
-            answer.insert(0, self._scratchpad(p, operands))
-        return prompt, answer
+        comma, colon = self.text_ids(",:")
+        trace = _scratchpad.segments(
+            self.trace_keys, op_symbols(self.task), p.op, operands, comma, colon
+        )
+        return prompt, [*trace, (sign, np.ones(n, np.int64)), (triples, np.full(n, 3 * r))]
 
     def _carries(self, p: Problems, operands: np.ndarray, r: int) -> np.ndarray:
         """(N, R) column carries, LSB first (arith.problems.traces.column_carries). Modular "+"
@@ -274,34 +283,11 @@ class Format:
         if self.task.name == "modular":
             return np.zeros((len(p), r), dtype=np.int64)
         a, b = operands[:, 0], operands[:, 1]
-        carries = traces.column_carries(op_symbols(self.task), p.op, a, b, r)
+        symbols, mul_trace = op_symbols(self.task), self.config.mul_trace
+        carries = traces.column_carries(symbols, p.op, a, b, r, mul_trace)
         if carries.max(initial=0) > MAX_TRACE_CARRY:
             raise ValueError(f"carry_trace cannot write carry {carries.max()} in two digits")
         return carries
-
-    def _scratchpad(self, p: Problems, operands: np.ndarray) -> seg.Segment:
-        """What a row writes before its answer: the division trace of // and % and the sign
-        trace of - (arith.problems.traces) where the config asks for them, other rows nothing;
-        ``:`` opens a state line and a comma ends every line."""
-        writers = {}
-        if self.config.division_trace:
-            writers["//"] = writers["%"] = traces.division_trace
-        if self.config.sign_trace:
-            writers["-"] = traces.sign_trace
-        comma, colon = self.text_ids(",:")
-        written = []
-        for i, symbol in enumerate(op_symbols(self.task)):
-            rows = np.flatnonzero(p.op == i)
-            if symbol in writers and len(rows):
-                lines, n_lines = writers[symbol](operands[rows, 0], operands[rows, 1])
-                ids = np.where(lines == traces.STATE, colon, lines.astype(np.int64))
-                ids = np.concatenate([ids, np.full((*ids.shape[:2], 1), comma)], axis=2)
-                written.append((rows, ids.reshape(len(rows), -1), n_lines * ids.shape[2]))
-        tokens = np.zeros((len(p), max((t.shape[1] for _, t, _ in written), default=0)), np.int64)
-        lens = np.zeros(len(p), dtype=np.int64)
-        for rows, ids, n_tokens in written:
-            tokens[rows, : ids.shape[1]], lens[rows] = ids, n_tokens
-        return tokens, lens
 
     def max_seq_len(self, n_digits: int | None = None) -> int:
         """Upper bound on prompt + answer + EOS for this task (``n_digits`` overrides k).
@@ -314,12 +300,7 @@ class Format:
         symbols = op_symbols(self.task)
         name = self.config.name
         if name == "carry_trace":
-            # a trace line is 2k + 1 digits and a comma
-            divides = self.config.division_trace and {"//", "%"} & set(symbols)
-            trace = traces.max_division_lines(k) * (2 * k + 2) if divides else 0
-            if self.config.sign_trace and "-" in symbols:  # one line
-                trace = max(trace, 2 * k + 2)
-            return 2 * k + 2 + 1 + 1 + 3 * r + 1 + trace
+            return 2 * k + 2 + 1 + 1 + 3 * r + 1 + _scratchpad.max_len(self.trace_keys, symbols, k)
         num = {
             "spaced": lambda d: d + (d - 1) // 3,
             "base100": lambda d: (d + 1) // 2,

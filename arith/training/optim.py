@@ -1,4 +1,5 @@
-"""AdamW and its learning-rate schedule: linear warmup, then cosine, linear or constant."""
+"""AdamW and its learning-rate schedule: linear warmup, then cosine, linear or constant;
+optionally Grokfast's gradient filter before it (arith.training.grad_filter)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from torch import nn
 from torch.optim.adamw import adamw
 
 from arith.errors import require
+from arith.training.grad_filter import EmaGradFilter
 from arith.training.hardware import host_to_device
 
 ABACUS_BIAS = "abacus_bias.table"
@@ -42,6 +44,13 @@ class OptimConfig:
     AdamW moves a parameter by about lr per step, so at a usual lr the bias needs thousands of
     steps to reach the few units a sharp preference takes; ten times faster, it gets there
     early (docs/notes/abacus_length.md)."""
+    grad_filter: Literal["none", "ema"] = "none"
+    """``ema``: Grokfast's filter (Lee et al. 2024), each gradient plus ``grad_filter_lamb``
+    times its moving average, before clipping (arith.training.grad_filter)."""
+    grad_filter_alpha: float = 0.98
+    """Decay of the filter's moving average: ema = alpha * ema + (1 - alpha) * grad."""
+    grad_filter_lamb: float = 2.0
+    """How much of the moving average the filter adds to each gradient."""
 
     def __post_init__(self) -> None:
         # finite: a spec's .inf passes "> 0" and trains nothing but NaN
@@ -75,6 +84,16 @@ class OptimConfig:
             "optim.abacus_bias_lr_mult",
             f"must be > 0 and finite, but got {self.abacus_bias_lr_mult}",
         )
+        require(
+            0.0 <= self.grad_filter_alpha < 1.0,
+            "optim.grad_filter_alpha",
+            f"must be in [0, 1), but got {self.grad_filter_alpha}",
+        )
+        require(
+            0 <= self.grad_filter_lamb < math.inf,
+            "optim.grad_filter_lamb",
+            f"must be >= 0 and finite, but got {self.grad_filter_lamb}",
+        )
 
 
 def lr_factor(cfg: OptimConfig, step: int, total_steps: int) -> float:
@@ -104,6 +123,8 @@ class PackedAdamW:
     (Loshchilov & Hutter 2019) applies to matrices (embeddings included: grokking, Power et al.
     2022, depends on it), not to biases or norms. A member marked inactive does not update.
     The ``abacus_bias`` table steps at ``abacus_bias_lr_mult`` times the learning rate.
+    ``filter_grads`` applies Grokfast's gradient filter (``grad_filter``), whose averages are
+    part of the state that a checkpoint keeps.
     """
 
     def __init__(self, model: nn.Module, configs: list[OptimConfig], total_steps: list[int]):
@@ -127,6 +148,11 @@ class PackedAdamW:
         # each member's clip limit, put on the device once: a copy at every step would wait
         limits = [math.inf if c.grad_clip is None else c.grad_clip for c in self.configs]
         self.clip_limits = host_to_device(torch.tensor(limits), device)
+        self.grad_filter = None  # Grokfast's filter, where any member has one
+        if any(c.grad_filter == "ema" for c in self.configs):
+            alphas = [c.grad_filter_alpha for c in self.configs]
+            lambs = [c.grad_filter_lamb if c.grad_filter == "ema" else None for c in self.configs]
+            self.grad_filter = EmaGradFilter(self.params, alphas, lambs)
 
     def lr(self, member: int) -> float:
         """Learning rate of ``member``'s next step (its schedule at its own step count)."""
@@ -136,6 +162,12 @@ class PackedAdamW:
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
+
+    def filter_grads(self, members: list[int]) -> None:
+        """The members' gradients through their ``grad_filter`` (before clipping, as Grokfast's
+        code orders it); unchanged where none."""
+        if self.grad_filter is not None:
+            self.grad_filter.apply(members, self.step_counts)
 
     @torch.no_grad()
     def clip_grad_norms(self, members: list[int]) -> None:
@@ -240,15 +272,18 @@ class PackedAdamW:
     def state_dict(self) -> dict:
         for step, count in zip(self.steps, self.step_counts, strict=True):
             step.fill_(count)  # the stacked step counts in Python only
-        return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps}
+        state = {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps}
+        if self.grad_filter is not None:
+            state["grad_ema"] = self.grad_filter.ema
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        for mine, saved in zip(
-            self.exp_avg + self.exp_avg_sq + self.steps,
-            state["exp_avg"] + state["exp_avg_sq"] + state["steps"],
-            strict=True,
-        ):
-            mine.copy_(saved)
+        mine = self.exp_avg + self.exp_avg_sq + self.steps
+        saved = state["exp_avg"] + state["exp_avg_sq"] + state["steps"]
+        if self.grad_filter is not None:
+            mine, saved = mine + self.grad_filter.ema, saved + state["grad_ema"]
+        for tensor, value in zip(mine, saved, strict=True):
+            tensor.copy_(value)
         self.step_counts = [int(step.item()) for step in self.steps]
 
 

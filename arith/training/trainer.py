@@ -238,7 +238,8 @@ def train_pack(
             # (M,) mean per token, added up on the device: read at the members' evaluations
             running.add_(loss_sums / batch.token_counts)
 
-            # clip, step: only the members still training
+            # filter, clip, step: only the members still training
+            optimizer.filter_grads(active)
             optimizer.clip_grad_norms(active)
             optimizer.step(active)
             step += 1
