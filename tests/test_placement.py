@@ -111,8 +111,9 @@ def test_a_cluster_with_gpus_gives_each_trial_a_share(local_ray, tmp_path):
     assert tuning.trial_resources(spec, slots=False) == {"cpu": 1, "gpu": 1.0}
     four = dataclasses.replace(spec, sweep=dataclasses.replace(spec.sweep, max_concurrent=4))
     assert tuning.trial_resources(four, slots=False)["gpu"] == 0.5
-    tuner, _ = build_tuner(spec, tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}")
-    bundle = tuner._local_tuner._trainable._resources.required_resources  # what Tune schedules
+    sweep_tuner, _ = build_tuner(spec, tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    trainable = sweep_tuner.tuner._local_tuner._trainable  # what Tune schedules
+    bundle = trainable._resources.required_resources
     assert bundle["GPU"] == 1.0 and bundle["CPU"] == 1.0
 
 

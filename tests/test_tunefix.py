@@ -17,6 +17,9 @@ from ray import tune
 from sweep_procs import SMOKE, children, start_sweep
 
 from sweeps.cluster import tunefix
+from sweeps.runtime import lost as lost_trials
+from sweeps.runtime.callbacks import bind
+from sweeps.runtime.lost import LostTrials
 from sweeps.runtime.tuning import KEEP_CHECKPOINTS_S, checkpoints_to_keep, tune_config
 from sweeps.spec.sweep_spec import load_spec
 
@@ -56,25 +59,38 @@ def local_ray():
     ray.shutdown()
 
 
-def test_no_trial_is_lost_where_a_reused_actor_would_be_reset(tmp_path, local_ray):
-    """With reuse_actors, a trial waiting for a reused actor's reset is PENDING, and Tune
-    retries only RUNNING trials: a worker lost in that reset ended its trial in ERROR for good
-    (a chaos run lost one of eight). The sweep's settings start a fresh actor per trial."""
-    settings = tune_config(load_spec(SMOKE, []), num_samples=1)
+def test_a_trial_lost_in_a_reused_actors_reset_gets_its_retry(tmp_path, local_ray):
+    """With reuse_actors (the sweeps' setting), a trial waiting for a reused actor's reset is
+    PENDING, and Tune retries only RUNNING trials: a worker lost in that reset ends its trial in
+    ERROR with its retry unspent (a chaos run lost one of eight). LostTrials notes it, and the
+    sweep's fit restores the experiment for it (sweeps.runtime.lost)."""
+    assert tune_config(load_spec(SMOKE, []), num_samples=1).reuse_actors
+    lost = LostTrials(max_failures=1)
     tuner = tune.Tuner(
         FailsOneReset,
         param_space={"x": tune.grid_search([1, 2, 3]), "marker": str(tmp_path / "marker")},
-        tune_config=tune.TuneConfig(reuse_actors=settings.reuse_actors, max_concurrent_trials=1),
+        tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
         run_config=tune.RunConfig(
+            name="resets",
             storage_path=str(tmp_path / "ray"),
             failure_config=tune.FailureConfig(max_failures=1),
+            callbacks=[bind("resets", [lost])],
             verbose=0,
         ),
     )
-    results = tuner.fit()
+
+    def restore():
+        path = str(tmp_path / "ray" / "resets")
+        return tune.Tuner.restore(path, FailsOneReset, resume_errored=True)
+
+    first = tuner.fit()  # Tune alone: one trial lost for good
+    errored = [r for r in first if r.error is not None]
+    assert len(errored) == 1 and (tmp_path / "marker").exists()
+    assert len(lost.ids) == 1
+    results = lost_trials.fit(restore(), restore, lost)  # what SweepTuner.fit does after it
     assert [r.error for r in results] == [None, None, None]
     assert sorted(r.metrics["score"] for r in results) == [1, 2, 3]
-    assert not (tmp_path / "marker").exists()  # no actor was reset
+    assert not lost.ids
 
 
 def test_checkpoints_are_kept_long_enough_for_a_snapshot():

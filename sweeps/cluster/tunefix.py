@@ -1,8 +1,8 @@
 """The one module that reaches into Ray's insides, and the Ray versions it was tested on.
 
-Everything else in ``sweeps`` uses Ray's public API and settings (``reuse_actors=False``, every
-trial made up front, every checkpoint kept: ``sweeps.runtime.tuning``). Three things have no public
-counterpart, and they live here:
+Everything else in ``sweeps`` uses Ray's public API and settings (actors reused with lost trials
+restored, every trial made up front, every checkpoint kept: ``sweeps.runtime.tuning``). Three
+things have no public counterpart, and they live here:
 
 - ``finish_sync``: Tune writes its experiment snapshot in a staging folder of the driver (under
   Ray's session folder, ``session_*/artifacts/<time>/<experiment>/driver_artifacts``: the layout

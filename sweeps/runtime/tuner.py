@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sweeps.runtime import tuning
+
+if TYPE_CHECKING:
+    from sweeps.runtime.lost import LostTrials
 from sweeps.spec.sweep_spec import SweepSpec
 
 # MLflow writes waiting for an unreachable tracking server (sweeps.tracking.outbox), beside the
@@ -27,9 +33,9 @@ def build_tuner(
     slots: bool = False,
     points: list[dict] | None = None,
 ):
-    """The Tuner of a sweep and its MLflow callback (whose parent run the caller starts or,
-    with ``resume``, attaches to). A resumed Tuner restores Tune's state from the output
-    folder; MLflow, not Tune's copy, says what is logged. ``slots``: cap concurrency with
+    """The Tuner of a sweep (a ``SweepTuner``) and its MLflow callback (whose parent run the
+    caller starts or, with ``resume``, attaches to). A resumed Tuner restores Tune's state from
+    the output folder; MLflow, not Tune's copy, says what is logged. ``slots``: cap concurrency with
     TRIAL_SLOT resources (``sweeps.runtime.tuning.uses_slots``). ``points``: the trials an
     --extend trains (``sweeps.runtime.extend``, whose round ``sweep.json`` names); with none,
     no Tuner (None)."""
@@ -39,6 +45,7 @@ def build_tuner(
     from sweeps.runtime import state as saved
     from sweeps.runtime import tune_space
     from sweeps.runtime.callbacks import bind as bind_callbacks
+    from sweeps.runtime.lost import LostTrials
     from sweeps.runtime.progress import ProgressLine
     from sweeps.spec import space
 
@@ -55,27 +62,46 @@ def build_tuner(
     total = state["extend_trials"] if extended else space.n_trials(spec)
     progress = ProgressLine(spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes)
     trainable = tune.with_resources(trainable, tuning.trial_resources(spec, slots))
-    callbacks = [bind_callbacks(spec.name, [tracker, progress]), JsonLoggerCallback()]
+    lost = LostTrials(s.max_failures)
+    callbacks = [bind_callbacks(spec.name, [tracker, progress, lost]), JsonLoggerCallback()]
     name = saved.tune_name(spec, out_dir)
-    if resume:
+
+    def restore():
         # Tune restores its own settings, and the callbacks it pickled, which ProcessCallbacks
         # binds to this process's tracker (sweeps.runtime.callbacks); an --extend's trials
         # keep their points in Tune's state.
-        tuner = tune.Tuner.restore(
+        return tune.Tuner.restore(
             f"{storage or out_dir / 'ray'}/{name}",
             trainable=trainable,
             resume_unfinished=True,
             resume_errored=True,
             param_space=param_space,
         )
-        return tuner, tracker
+
+    if resume:
+        return SweepTuner(restore(), restore, lost), tracker
     tuner = tune.Tuner(
         trainable,
         param_space=param_space,
         tune_config=tuning.tune_config(spec, num_samples, reuse_actors=reuse_actors),
         run_config=tuning.run_config(spec, storage or str(out_dir / "ray"), callbacks, name),
     )
-    return tuner, tracker
+    return SweepTuner(tuner, restore, lost), tracker
+
+
+@dataclass
+class SweepTuner:
+    """A sweep's Tuner, whose ``fit`` gives trials lost in an actor's reset their retries
+    (``sweeps.runtime.lost``) by ``restore``-ing Tune's state."""
+
+    tuner: Any
+    restore: Callable[[], Any]
+    lost: LostTrials
+
+    def fit(self):
+        from sweeps.runtime import lost
+
+        return lost.fit(self.tuner, self.restore, self.lost)
 
 
 def _trainable(

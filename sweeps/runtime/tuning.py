@@ -2,10 +2,11 @@
 loses no trial and nothing needs patching (``sweeps.cluster.tunefix`` holds the one thing that
 does):
 
-- A fresh actor per trial (``REUSE_ACTORS``): Tune retries a failed trial only while it is
-  RUNNING, and a trial waiting for a reused actor's reset is PENDING, so a worker lost in a
-  reset would end its trial in ERROR for good. The cost is a worker's start per trial
-  (docs/resume.md gives ``python -m sweeps.bench``'s figures).
+- Actors reused (``REUSE_ACTORS``): a fresh worker per trial costs its start and torch's import,
+  about 2.5 s a trial on 2 cores (``python -m sweeps.bench``; docs/resume.md). Tune retries a
+  failed trial only while it is RUNNING, and a trial waiting for a reused actor's reset is
+  PENDING, so a worker lost in a reset ends that trial in ERROR with its retries unspent: the
+  sweep's Tuner restores such trials in the same command (``sweeps.runtime.lost``).
 - Grid and random search make every trial up front: Tune's variant generator gets no
   ``max_concurrent``. With one it makes trials as others finish, and saves itself apart from the
   trial list; a driver killed between the two saves would leave a generator that lost a trial
@@ -20,8 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-# Tune's actor reuse: off (see the module docstring); ``python -m sweeps.bench --reuse-actors``.
-REUSE_ACTORS = False
+# Tune's actor reuse: on (see the module docstring); ``python -m sweeps.bench --reuse-actors``.
+REUSE_ACTORS = True
 
 
 # A resource of the local Ray this driver starts, one unit per running trial: how
