@@ -441,3 +441,22 @@ def test_multi_op_check_reads_the_size_ladder_and_the_one_model_bar():
     sentences = CLAIMS["multi_op"].check({"main": trials})
     assert sentences[3] == "* stays below 50.0 % up to 400,000 parameters (the ladder's top)."
     assert sentences[4].endswith("**not met**.")
+
+
+def test_grokfast_check_reads_the_speed_up_against_its_bar():
+    """Steps to 95 % validation per arm; met at 5x and more, not met below or when a seed with
+    the filter never grokked; an arm cut by its budget makes the ratio a lower bound."""
+    trials = pd.DataFrame(
+        {
+            "optim.grad_filter": ["none"] * 3 + ["ema"] * 3,
+            "val/exact_match": [0.99] * 6,
+            "val/steps_to_threshold": [2200, None, 2000, 300, 400, 500],
+            "steps": [3000, 3200, 2900, 500, 600, 700],
+        }
+    )
+    check = CLAIMS["grokfast"].check
+    assert check({"main": trials})[-1].endswith("**met** (at least 6.2x).")
+    slower = trials.assign(**{"val/steps_to_threshold": [2200, 2400, 2000, 900, 800, 700]})
+    assert check({"main": slower})[-1].endswith("**not met** (2.8x).")
+    lost = trials.assign(**{"val/steps_to_threshold": [2200, 2400, 2000, 300, 400, None]})
+    assert "**not met** (not every seed grokked" in check({"main": lost})[-1]

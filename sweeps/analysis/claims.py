@@ -67,6 +67,14 @@ CLAIMS: dict[str, Claim] = {
             plot="training_curves",  # the late jump of validation exact match is the finding
         ),
         Claim(
+            "grokfast",
+            "003, after Lee et al. 2024 (Grokfast)",
+            "Amplifying the slow part of the gradients (an exponential moving average, alpha "
+            "0.98, added lamb = 2 times) makes modular arithmetic grok about 50x sooner.",
+            claims_training.grokfast,
+            plot="training_curves",
+        ),
+        Claim(
             "grokking_phases",
             "003, after Liu et al. 2022",
             "Over learning rate and weight decay, a transformer on modular arithmetic learns in "
