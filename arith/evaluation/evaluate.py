@@ -1,8 +1,7 @@
-"""Batched greedy decoding and the metrics: exact match, normalised match, per op, per length,
-per carry chain and cascade, and per answer digit position.
+"""The metrics of an evaluation set: exact match, normalised match, per op, per length, per
+carry chain and cascade, and per answer digit position, from batched greedy decoding (decode).
 
-Problems are grouped by prompt length, so each group decodes as one batch with a KV cache and
-no padding: the prompt is read in one forward pass, then one token per step for the whole group.
+Each set is encoded once per format and the encoding handed to every metric that reads it.
 """
 
 from __future__ import annotations
@@ -14,6 +13,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from arith.evaluation.decode import generate_ids
+from arith.evaluation.decode import greedy_decode as greedy_decode  # callers' old address
+from arith.evaluation.decode import predict_answers as predict_answers
 from arith.model.gpt import GPT
 from arith.problems import carries, tasks
 from arith.problems.tasks import Problems
@@ -23,94 +25,9 @@ from arith.text.formats import Encoded, Format
 OP_NAMES = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "mod", "/": "div"}
 
 
-@torch.no_grad()
-def greedy_decode(
-    model: GPT, prompts: torch.Tensor, max_new_tokens: int, eos_id: int
-) -> torch.Tensor:
-    """Greedy continuation (B, max_new_tokens) of same-length prompts (B, T), with a KV cache.
-
-    Rows that produced EOS keep producing EOS, so the result reads as text up to the first EOS.
-    """
-    logits, cache = model(prompts, reserve=max_new_tokens)
-    out = torch.empty(prompts.shape[0], max_new_tokens, dtype=prompts.dtype, device=prompts.device)
-    finished = torch.zeros(prompts.shape[0], dtype=torch.bool, device=prompts.device)
-    for i in range(max_new_tokens):
-        next_token = logits[:, -1].argmax(-1)
-        next_token = torch.where(finished, torch.full_like(next_token, eos_id), next_token)
-        out[:, i] = next_token
-        finished |= next_token == eos_id
-        if i + 1 == max_new_tokens or bool(finished.all()):
-            out[:, i + 1 :] = eos_id
-            break
-        logits, cache = model(next_token[:, None], cache)
-    return out
-
-
-@torch.no_grad()
-def generate_ids(
-    model: GPT,
-    fmt: Format,
-    problems: Problems,
-    device: torch.device,
-    batch_size: int = 256,
-    max_new_tokens: int | None = None,
-    reference: Format | None = None,
-) -> np.ndarray:
-    """The model's greedy continuation of each problem's prompt, (N, max_new_tokens) token ids.
-
-    The default budget is the longest expected answer plus one token, so a row that repeats the
-    answer or never ends is seen to run past it.
-
-    The answer tokens the training loss never sees (``format.mask_first_n`` of ``reference``,
-    default ``fmt``) are fed in after the prompt, as teacher forcing feeds them, and stand
-    first in the row: greedy decoding then scores only what the model was trained to write.
-    """
-    reference = reference or fmt
-    encoded = fmt.encode(problems)
-    answers = reference.encode(problems)
-    limit = max_new_tokens or int(answers.answer_len.max()) + 1
-    # EOS is always the model's own: a row whose mask covers its whole answer still must end
-    forced = np.minimum(reference.config.mask_first_n, answers.answer_len - 1)
-    generated = np.empty((len(problems), limit), dtype=np.int64)
-    groups = np.unique(np.stack([encoded.prompt_len, forced], axis=1), axis=0)
-    for length, n in groups.tolist():  # prompts of one length, the same tokens fed in
-        rows = np.flatnonzero((encoded.prompt_len == length) & (forced == n))
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start : start + batch_size]
-            given = _answer_prefix(answers, chunk, n)  # (len(chunk), n)
-            prompts = np.concatenate([encoded.tokens[chunk, :length], given], axis=1)
-            generated[chunk, :n] = given[:, :limit]
-            if n < limit:
-                out = greedy_decode(
-                    model, torch.from_numpy(prompts).to(device), limit - n, fmt.eos_id
-                )
-                generated[chunk, n:] = out.cpu().numpy()
-    return generated
-
-
-def _answer_prefix(encoded: Encoded, rows: np.ndarray, n: int) -> np.ndarray:
-    """The first ``n`` answer tokens of ``rows`` (n <= each row's answer length), (rows, n)."""
-    columns = encoded.prompt_len[rows, None] + np.arange(n)[None, :]
-    return np.take_along_axis(encoded.tokens[rows], columns, axis=1)
-
-
-@torch.no_grad()
-def predict_answers(
-    model: GPT,
-    fmt: Format,
-    problems: Problems,
-    device: torch.device,
-    batch_size: int = 256,
-    max_new_tokens: int | None = None,
-) -> list[str]:
-    """The model's answer text for each problem, decoded greedily in batches."""
-    generated = generate_ids(model, fmt, problems, device, batch_size, max_new_tokens)
-    return [fmt.decode(ids) for ids in generated]
-
-
-def answer_ids(fmt: Format, problems: Problems) -> list[np.ndarray]:
-    """Each problem's expected answer token ids, EOS excluded."""
-    encoded = fmt.encode(problems)
+def answer_ids(fmt: Format, problems: Problems, encoded: Encoded | None = None) -> list[np.ndarray]:
+    """Each problem's expected answer token ids, EOS excluded (``encoded``: already encoded)."""
+    encoded = encoded if encoded is not None else fmt.encode(problems)
     ends = encoded.prompt_len + encoded.answer_len - 1
     return [
         row[start:end]
@@ -143,11 +60,16 @@ def exact_matches(generated: np.ndarray, expected: list[np.ndarray], fmt: Format
 
 @torch.no_grad()
 def teacher_forced(
-    model: GPT, fmt: Format, problems: Problems, device: torch.device, batch_size: int = 256
+    model: GPT,
+    fmt: Format,
+    problems: Problems,
+    device: torch.device,
+    batch_size: int = 256,
+    encoded: Encoded | None = None,
 ) -> dict[str, float]:
     """Answer-token loss and accuracy with the true answer fed in (no decoding), over the tokens
     the training loss counts (``format.mask_first_n`` skips the same first answer tokens)."""
-    encoded = fmt.encode(problems)
+    encoded = encoded if encoded is not None else fmt.encode(problems)
     loss_mask = encoded.loss_mask(fmt.config.mask_first_n)
     total_loss, correct, count = 0.0, 0, 0
     for start in range(0, len(problems), batch_size):
@@ -169,6 +91,8 @@ def evaluate_set(
     device: torch.device,
     reference: Format | None = None,
     batch_size: int = 256,
+    *,
+    breakdowns: bool = True,
 ) -> dict[str, float]:
     """Metrics of one evaluation set, keys without the set's prefix.
 
@@ -178,30 +102,59 @@ def evaluate_set(
     answer that ends with EOS and holds no PAD (``well_formed``); exact match compares token ids.
     With ``format.mask_first_n``, the answer tokens the loss skips are fed in, not generated
     (``generate_ids``), as ``teacher_forced`` skips them: both score what training trained.
+
+    ``breakdowns=False`` measures ``exact_match`` and, where ``reference`` is ``fmt``, ``loss``
+    and ``token_accuracy`` only: the training sample reports no more (``member_run``).
     """
     was_training = model.training
     model.eval()
     reference = reference or fmt
     if reference.vocab != fmt.vocab:
         raise ValueError("exact match compares token ids: the formats must share a vocabulary")
-    expected = reference.answer_text(problems)
-    generated = generate_ids(model, fmt, problems, device, batch_size, reference=reference)
-    got = [fmt.decode(ids) for ids in generated]
-    ended = well_formed(generated, fmt)
-    exact = exact_matches(generated, answer_ids(reference, problems), fmt)
-    norm = ended & np.array(
-        [fmt.normalise(g) == reference.normalise(e) for g, e in zip(got, expected, strict=True)]
+    encoded = fmt.encode(problems)  # once per format: every metric below reads these rows
+    answers = encoded if reference is fmt else reference.encode(problems)
+    generated = generate_ids(
+        model,
+        fmt,
+        problems,
+        device,
+        batch_size,
+        reference=reference,
+        encoded=encoded,
+        answers=answers,
     )
-    short = ended_early(got, expected, fmt, reference)
-    metrics = {"exact_match": float(exact.mean()), "short_answers": float(short.mean())}
-    if _reports_normalised(fmt.config.name, reference is not fmt):
-        metrics["normalised_match"] = float(norm.mean())
+    exact = exact_matches(generated, answer_ids(reference, problems, answers), fmt)
+    metrics = {"exact_match": float(exact.mean())}
+    got = [fmt.decode(ids) for ids in generated] if breakdowns else []
+    if breakdowns:
+        metrics.update(_text_metrics(got, generated, answers, fmt, reference))
     if reference is fmt:
-        metrics.update(teacher_forced(model, fmt, problems, device, batch_size))
-    metrics.update(_breakdowns(problems, exact, reference))
-    if _by_digit(reference.task):
-        metrics.update(digit_accuracy(got, problems, reference))
+        metrics.update(teacher_forced(model, fmt, problems, device, batch_size, encoded))
+    if breakdowns:
+        metrics.update(_breakdowns(problems, exact, reference))
+        if _by_digit(reference.task):
+            metrics.update(digit_accuracy(got, problems, reference))
     model.train(was_training)
+    return metrics
+
+
+def _text_metrics(
+    got: list[str], generated: np.ndarray, answers: Encoded, fmt: Format, reference: Format
+) -> dict[str, float]:
+    """``short_answers`` and, where spacing can differ, ``normalised_match``: read as text."""
+    # reference.answer_text(problems), from the rows already encoded
+    expected = [
+        reference.decode(row[start:])
+        for row, start in zip(answers.tokens, answers.prompt_len, strict=True)
+    ]
+    short = ended_early(got, expected, fmt, reference)
+    metrics = {"short_answers": float(short.mean())}
+    if _reports_normalised(fmt.config.name, reference is not fmt):
+        ended = well_formed(generated, fmt)
+        norm = ended & np.array(
+            [fmt.normalise(g) == reference.normalise(e) for g, e in zip(got, expected, strict=True)]
+        )
+        metrics["normalised_match"] = float(norm.mean())
     return metrics
 
 

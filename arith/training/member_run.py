@@ -178,7 +178,8 @@ def _epoch(step: int, tc: TrainConfig, dataset: Dataset) -> float:
 
 def _evaluate(model, dataset: Dataset, device, train_sample, final: bool) -> dict[str, float]:
     out: dict[str, float] = {}
-    train_metrics = evaluate_set(model, dataset.format, train_sample, device)
+    # the training sample reports two numbers: no breakdowns, no text metrics
+    train_metrics = evaluate_set(model, dataset.format, train_sample, device, breakdowns=False)
     out["train/exact_match"] = train_metrics["exact_match"]
     out["train/token_accuracy"] = train_metrics["token_accuracy"]
     for key, value in evaluate_set(model, dataset.format, dataset.eval_sets["val"], device).items():
@@ -208,7 +209,8 @@ def _length_grid(model, dataset: Dataset, device) -> dict[str, float]:
     was_training = model.training
     model.eval()
     fmt, problems = dataset.format, dataset.length_grid
-    generated = generate_ids(model, fmt, problems, device)
-    exact = exact_matches(generated, answer_ids(fmt, problems), fmt)
+    encoded = fmt.encode(problems)
+    generated = generate_ids(model, fmt, problems, device, encoded=encoded)
+    exact = exact_matches(generated, answer_ids(fmt, problems, encoded), fmt)
     model.train(was_training)
     return length_grid.cell_metrics(problems, exact, dataset.task.n_digits)

@@ -1,0 +1,111 @@
+"""Batched greedy decoding with a KV cache.
+
+Problems are grouped by prompt length, so each group decodes as one batch with no padding:
+the prompt is read in one forward pass, then one token per step for the whole group.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from arith.model.gpt import GPT
+from arith.problems.tasks import Problems
+from arith.text.formats import Encoded, Format
+
+CHECK_EVERY = 8
+"""Decoding steps between two looks at whether every row has ended. Each look reads a value
+back from the device, so the host waits for it; rows that ended keep writing EOS, so the steps
+decoded past the end change nothing but the time they take."""
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: GPT, prompts: torch.Tensor, max_new_tokens: int, eos_id: int
+) -> torch.Tensor:
+    """Greedy continuation (B, max_new_tokens) of same-length prompts (B, T), with a KV cache.
+
+    Rows that produced EOS keep producing EOS, so the result reads as text up to the first EOS.
+    Whether all rows ended is read every ``CHECK_EVERY`` tokens, not every token.
+    """
+    logits, cache = model(prompts, reserve=max_new_tokens)
+    out = torch.full(
+        (prompts.shape[0], max_new_tokens), eos_id, dtype=prompts.dtype, device=prompts.device
+    )
+    finished = torch.zeros(prompts.shape[0], dtype=torch.bool, device=prompts.device)
+    eos = torch.full_like(finished, eos_id, dtype=prompts.dtype)
+    for i in range(max_new_tokens):
+        next_token = torch.where(finished, eos, logits[:, -1].argmax(-1))
+        out[:, i] = next_token
+        finished |= next_token == eos_id
+        if i + 1 == max_new_tokens or ((i + 1) % CHECK_EVERY == 0 and bool(finished.all())):
+            break  # the rest of ``out`` is EOS already
+        logits, cache = model(next_token[:, None], cache)
+    return out
+
+
+@torch.no_grad()
+def generate_ids(
+    model: GPT,
+    fmt: Format,
+    problems: Problems,
+    device: torch.device,
+    batch_size: int = 256,
+    max_new_tokens: int | None = None,
+    reference: Format | None = None,
+    *,
+    encoded: Encoded | None = None,
+    answers: Encoded | None = None,
+) -> np.ndarray:
+    """The model's greedy continuation of each problem's prompt, (N, max_new_tokens) token ids.
+
+    The default budget is the longest expected answer plus one token, so a row that repeats the
+    answer or never ends is seen to run past it.
+
+    The answer tokens the training loss never sees (``format.mask_first_n`` of ``reference``,
+    default ``fmt``) are fed in after the prompt, as teacher forcing feeds them, and stand
+    first in the row: greedy decoding then scores only what the model was trained to write.
+    ``encoded`` and ``answers``: ``problems`` already encoded with ``fmt`` and ``reference``.
+    """
+    reference = reference or fmt
+    encoded = encoded if encoded is not None else fmt.encode(problems)
+    if answers is None:
+        answers = encoded if reference is fmt else reference.encode(problems)
+    limit = max_new_tokens or int(answers.answer_len.max()) + 1
+    # EOS is always the model's own: a row whose mask covers its whole answer still must end
+    forced = np.minimum(reference.config.mask_first_n, answers.answer_len - 1)
+    generated = np.empty((len(problems), limit), dtype=np.int64)
+    groups = np.unique(np.stack([encoded.prompt_len, forced], axis=1), axis=0)
+    for length, n in groups.tolist():  # prompts of one length, the same tokens fed in
+        rows = np.flatnonzero((encoded.prompt_len == length) & (forced == n))
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            given = _answer_prefix(answers, chunk, n)  # (len(chunk), n)
+            prompts = np.concatenate([encoded.tokens[chunk, :length], given], axis=1)
+            generated[chunk, :n] = given[:, :limit]
+            if n < limit:
+                out = greedy_decode(
+                    model, torch.from_numpy(prompts).to(device), limit - n, fmt.eos_id
+                )
+                generated[chunk, n:] = out.cpu().numpy()
+    return generated
+
+
+def _answer_prefix(encoded: Encoded, rows: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` answer tokens of ``rows`` (n <= each row's answer length), (rows, n)."""
+    columns = encoded.prompt_len[rows, None] + np.arange(n)[None, :]
+    return np.take_along_axis(encoded.tokens[rows], columns, axis=1)
+
+
+@torch.no_grad()
+def predict_answers(
+    model: GPT,
+    fmt: Format,
+    problems: Problems,
+    device: torch.device,
+    batch_size: int = 256,
+    max_new_tokens: int | None = None,
+) -> list[str]:
+    """The model's answer text for each problem, decoded greedily in batches."""
+    generated = generate_ids(model, fmt, problems, device, batch_size, max_new_tokens)
+    return [fmt.decode(ids) for ids in generated]
