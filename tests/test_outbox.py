@@ -166,6 +166,7 @@ def test_a_refused_write_is_reported_once_kept_and_does_not_block(tmp_path, caps
     tracker.on_trial_result(1, [], trial, eval_result(0, 0.0))
     tracker.on_trial_result(2, [], trial, eval_result(10, 0.5))
 
+    assert tracker.outbox.flush()  # sends only queue: wait for the writer thread
     assert not tracker.outbox.pending
     warnings = [line for line in capsys.readouterr().err.splitlines() if "params of t_0" in line]
     assert len(warnings) == 1 and warnings[0].startswith("warning: mlflow refused params of t_0")

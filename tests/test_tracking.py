@@ -166,11 +166,13 @@ def test_state_round_trip_finds_the_runs_again(tmp_path):
     trial = FakeTrial("t_0", {})
     tracker.on_trial_start(0, [], trial)
     tracker.on_trial_result(1, [], trial, eval_result(10, 0.5))
+    assert tracker.outbox.flush()  # sends only queue: the first driver's writes are in
     restored = pickle.loads(pickle.dumps(make_tracker(uri)))
     restored.set_state(pickle.loads(pickle.dumps(tracker.get_state())))
     restored.on_trial_start(2, [], trial)  # no second child run
     restored.on_trial_result(2, [], trial, eval_result(10, 0.5))  # not logged twice
     restored.on_trial_result(3, [], trial, eval_result(20, 0.75))
+    assert restored.outbox.flush()
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("tracking-test").experiment_id])
     assert len(runs) == 2
@@ -197,14 +199,16 @@ def test_writes_wait_in_order_while_the_store_is_away(tmp_path, monkeypatch):
             raise ConnectionError("connection refused")
         return real(*args, **kwargs)
 
+    assert tracker.outbox.flush()  # the setup is in before the store goes away
     monkeypatch.setattr(tracker.client, "log_batch", log_batch)
-    tracker.outbox.backoff_s = 0.0
+    tracker.outbox.backoff_s = 0.05
     tracker.on_trial_result(1, [], trial, eval_result(0, 0.0))
     tracker.on_trial_result(2, [], trial, eval_result(10, 0.5))
-    assert len(tracker.outbox.pending) == 2 and tracker.outbox.failures == 2
+    assert not tracker.outbox.flush()  # the writer thread retries on its own meanwhile
+    assert len(tracker.outbox.pending) == 2 and tracker.outbox.failures >= 1
     down[0] = False
     tracker.on_trial_result(3, [], trial, eval_result(20, 0.75))
-    assert not tracker.outbox.pending
+    assert tracker.outbox.drain(5.0)
     history = MlflowClient(uri).get_metric_history(tracker.trials["t_0"].run_id, "val/exact_match")
     assert [(m.step, m.value) for m in history] == [(0, 0.0), (10, 0.5), (20, 0.75)]
 
@@ -219,6 +223,7 @@ def test_attach_takes_what_mlflow_holds_as_the_truth(tmp_path):
     first.on_trial_start(0, [], trial)
     first.on_trial_result(1, [], trial, eval_result(0, 0.0))
     first.on_trial_result(2, [], trial, {**eval_result(10, 0.5), "test/exact_match": 0.4})
+    assert first.outbox.flush()  # what the first driver delivered before it was killed
     second = make_tracker(uri)
     second.set_state({"parent_run_id": parent})  # what Tune restores; MLflow fills the rest
     assert second.trials["t_0"].steps["val/exact_match"] == 10
@@ -226,6 +231,7 @@ def test_attach_takes_what_mlflow_holds_as_the_truth(tmp_path):
     second.on_trial_result(4, [], trial, eval_result(0, 0.0))
     second.on_trial_result(5, [], trial, eval_result(10, 0.5))  # no test/ metric this time
     second.on_trial_result(6, [], trial, {**eval_result(20, 0.75), "test/exact_match": 0.7})
+    assert second.outbox.flush()
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("tracking-test").experiment_id])
     assert len(runs) == 2  # parent and one child
@@ -246,20 +252,22 @@ def test_writes_waiting_when_the_driver_dies_are_replayed_once(tmp_path, monkeyp
     done, cut = FakeTrial("t_0", {"model.d_model": 32}), FakeTrial("t_1", {"train.seed": 1})
     first.on_trial_start(0, [], done)
     first.on_trial_result(1, [], done, eval_result(0, 0.0))
-    assert not journal.exists()  # delivered: nothing waited
+    assert first.outbox.flush()
+    assert journal.read_text() == ""  # delivered: nothing waits
 
     def refused(*args, **kwargs):
         raise ConnectionError("connection refused")
 
     for name in ("log_batch", "create_run", "log_artifact", "set_terminated", "set_tag"):
         monkeypatch.setattr(first.client, name, refused)
-    first.outbox.backoff_s = 0.0
+    first.outbox.backoff_s = 0.05
     first.on_trial_result(2, [], done, eval_result(10, 0.5))
     first.on_trial_result(2, [], done, eval_result(20, 0.75))
     first.on_trial_result(3, [], done, summary_result(20))
     first.on_trial_complete(4, [], done)
     first.on_trial_start(4, [], cut)  # a trial whose child run the store never saw
     first.on_trial_result(5, [], cut, eval_result(0, 0.25))
+    assert not first.outbox.flush()  # they wait for the store, in the journal
     waiting = [json.loads(line)["what"] for line in journal.read_text().splitlines()]
     assert waiting == [
         "metrics of t_0 at step 10",
@@ -270,6 +278,7 @@ def test_writes_waiting_when_the_driver_dies_are_replayed_once(tmp_path, monkeyp
         "params of t_1",
         "metrics of t_1 at step 0",
     ]
+    first.outbox.close()
     del first  # the driver is killed: only the journal is left
 
     second = MLflowTracker(uri, "tracking-test", resolve, describe, journal=journal)
@@ -279,6 +288,7 @@ def test_writes_waiting_when_the_driver_dies_are_replayed_once(tmp_path, monkeyp
     second.on_trial_start(6, [], cut)
     second.on_trial_result(7, [], cut, eval_result(0, 0.25))
     second.on_trial_result(8, [], cut, eval_result(10, 0.5))
+    assert second.outbox.flush()
     assert journal.read_text() == ""
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("tracking-test").experiment_id])
@@ -308,7 +318,7 @@ def test_spec_of_a_new_parent_waits_in_the_outbox_when_the_store_fails(tmp_path)
     store.write_text("not a folder")  # log_artifact cannot write under a file
     tracker.writer.experiment_id = experiment
     parent = tracker.start_parent("sweep: {name: tracking-test}\n")
-    assert tracker.outbox.pending, "the spec should wait, not raise"
+    assert not tracker.outbox.flush() and tracker.outbox.pending, "the spec should wait, not raise"
     store.unlink()
     tracker.outbox.retry_at = 0.0
     assert tracker.outbox.flush()
@@ -323,6 +333,7 @@ def test_a_trial_that_errors_before_it_starts_still_gets_its_child_run(tmp_path)
     tracker.start_parent("sweep: {name: tracking-test}\n")
     trial = FakeTrial("t_7", {"model.d_model": 16}, status="ERROR", error_file="/x/error.txt")
     tracker.on_trial_error(0, [], trial)
+    assert tracker.outbox.flush()
     client = MlflowClient(uri)
     run = client.get_run(tracker.trials["t_7"].run_id)
     assert run.data.tags["mlflow.parentRunId"] == tracker.parent_run_id
@@ -388,6 +399,7 @@ def test_an_errored_trial_restarted_by_a_resume_logs_its_real_summary(tmp_path):
     first.on_trial_result(2, [], trial, eval_result(10, 0.5))
     trial.last_result = {"time_total_s": 1.0}
     first.on_trial_error(3, [], trial)
+    assert first.outbox.flush()
     run_id = first.trials["t_0"].run_id
     client = MlflowClient(uri)
     assert client.get_run(run_id).data.tags["sweep.stopped_reason"] == "error"
@@ -399,6 +411,7 @@ def test_an_errored_trial_restarted_by_a_resume_logs_its_real_summary(tmp_path):
     second.on_trial_result(6, [], trial, eval_result(20, 0.75))
     second.on_trial_result(7, [], trial, summary_result(20))
     second.on_trial_complete(8, [], trial)
+    assert second.outbox.flush()
     run = client.get_run(run_id)
     assert run.data.tags["sweep.stopped_reason"] == "early_stopping"
     assert (run.data.tags["sweep.status"], run.info.status) == ("EARLY_STOPPED", "FINISHED")
@@ -418,6 +431,7 @@ def test_an_end_of_sweep_done_again_after_a_resume_logs_each_parent_figure_once(
     parent = first.start_parent("sweep: {name: tracking-test}\n")
     figures = ({"trials/total": 4.0, "fit/a": 1.5}, {"model.d_model": "[16, 32]"}, {"x": "1"})
     first.log_parent_figures(*figures)
+    assert first.outbox.flush()
     again = make_tracker(uri)
     again.attach(parent)
     again.log_parent_figures({**figures[0], "trials/terminated": 4.0}, *figures[1:])

@@ -82,6 +82,7 @@ def test_an_errored_trial_fails_with_a_stand_in_summary(uri):
     records.trial_started("t_1", config)
     records.trial_reported("t_1", config, evaluation(10, 0.5))
     records.trial_errored("t_1", config, {"time_total_s": 1.5}, error_file="/x/error.txt")
+    assert records.outbox.flush()  # sends only queue: wait for the writer thread
 
     run = child_runs(uri)["t_1"]
     assert (run.info.status, run.data.tags["sweep.status"]) == ("FAILED", "ERROR")
@@ -104,6 +105,7 @@ def test_a_result_at_a_step_already_logged_is_not_logged_twice(uri):
     records.trial_reported("t_0", {}, evaluation(10, 0.5))
     records.trial_reported("t_0", {}, evaluation(20, 0.6))
     records.trial_reported("t_0", {}, evaluation(30, 0.7))
+    assert records.outbox.flush()
 
     (run,) = child_runs(uri).values()
     assert steps(uri, run, "val/exact_match") == [(0, 0.0), (10, 0.5), (20, 0.6), (30, 0.7)]
@@ -117,6 +119,7 @@ def test_end_unfinished_ends_a_running_trial_killed(uri):
     records.trial_started("t_1", {})
     records.trial_completed("t_1", {}, budget_spent=True)
     records.end_unfinished()
+    assert records.outbox.flush()
 
     runs = child_runs(uri)
     assert (runs["t_0"].info.status, runs["t_0"].data.tags["sweep.status"]) == ("KILLED", "KILLED")
@@ -133,6 +136,7 @@ def test_each_member_of_a_pack_is_a_trial_of_its_own(uri):
     members = {"0": evaluation(10, 0.25), "1": evaluation(10, 0.5)}
     records.trial_reported("abc_00000", config, {"members": members})
     records.trial_completed("abc_00000", config)
+    assert records.outbox.flush()
 
     runs = child_runs(uri)
     assert sorted(runs) == ["abc_00003", "abc_00004"]
@@ -148,10 +152,12 @@ def test_a_pickled_copy_leaves_unsent_writes_behind_and_still_writes(uri):
     records = make_records(uri)
     records.trial_started("t_0", {})
     records.trial_reported("t_0", {}, evaluation(0, 0.0))
+    assert records.outbox.flush()  # the run exists before Tune pickles the records
     copy = pickle.loads(pickle.dumps(records))
     assert copy.outbox is not records.outbox and not copy.outbox.pending
     copy.trial_reported("t_0", {}, evaluation(0, 0.0))  # held in the copied state: skipped
     copy.trial_reported("t_0", {}, evaluation(10, 0.5))
+    assert copy.outbox.flush()
     (run,) = child_runs(uri).values()
     assert steps(uri, run, "val/exact_match") == [(0, 0.0), (10, 0.5)]
 
@@ -164,6 +170,7 @@ def test_a_pack_member_that_finished_keeps_its_end_when_the_pack_errors_later(ur
     records.trial_reported("abc_00000", config, {"members": {"0": summary(20)}})
     records.trial_reported("abc_00000", config, {"members": {"1": evaluation(20, 0.5)}})
     records.trial_errored("abc_00000", config, error_file="/tmp/error.txt")
+    assert records.outbox.flush()
 
     runs = child_runs(uri)
     finished, failed = runs["abc_00000"], runs["abc_00001"]

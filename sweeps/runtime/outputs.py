@@ -44,6 +44,7 @@ def finish(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, fl
         return _stopped(spec, tracker, out_dir, time.perf_counter() - start + timings["startup"])
     finally:
         tracker.finish_parent(status)
+        tracker.outbox.close()  # what is not delivered stays in the journal for --resume
     timings["outputs"] = time.perf_counter() - start - timings["tune"]
     errors = sum(1 for r in results if r.error is not None)
     seconds = time.perf_counter() - start + timings["startup"]
@@ -187,6 +188,7 @@ def _log_key_figures(
         tags["sweep.best_chosen_on"] = f"{s.metric} ({s.mode})"
     # Each figure once: a resumed sweep that ends again adds no second (key, step 0) pair.
     tracker.log_parent_figures(metrics, params, tags)
+    tracker.outbox.flush()  # the reads and the view below go after the figures
     experiment_id = client.get_run(parent_id).info.experiment_id
     held_out = [c for c in trials.columns if is_held_out(c) and c.endswith("/exact_match")]
     state = ui.view_state(parent_id, axes, s.metric, s.mode, columns=sorted(held_out))

@@ -1,11 +1,13 @@
 """An ordered buffer of MLflow writes that survives a tracking server going away for a while.
 
-When the store is unreachable, writes wait in order and are retried on later calls and, with a
-bounded wait, at the end of a sweep, so a short outage loses nothing and does not stop trials.
-A write is a record (a JSON-able dict) that ``apply`` carries out. Records that wait are also
-appended to a journal file (one JSON line each), so that a driver killed during an outage loses
-nothing either: ``--resume`` reads them back (``read_journal``) and delivers them, in order,
-skipping what MLflow already holds.
+A writer thread carries the writes out, so that a slow or silent store holds up no caller (Tune's
+event loop). When the store is unreachable, writes wait in order and the thread retries them,
+with a bounded wait at the end of a sweep, so a short outage loses nothing and does not stop
+trials. A write is a record (a JSON-able dict) that ``apply`` carries out. Every record is
+appended to a journal file (one JSON line each) when it is queued, so that a driver killed
+before the thread delivered it (during an outage, or while Tune had already saved the
+checkpoint a result came with) loses nothing either: ``--resume`` reads them back
+(``read_journal``) and delivers them, in order, skipping what MLflow already holds.
 
 Only an outage waits (``is_transient``). A write the store refused, or one that failed for any
 other reason (a bug), is reported once and stays in the journal, where a resumed sweep tries it
@@ -19,6 +21,7 @@ import json
 import os
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,12 +58,16 @@ def is_transient(err: BaseException) -> bool:
 
 
 class Outbox:
-    """MLflow writes in order; a write that fails for want of a store waits, with those after it.
+    """MLflow writes in order, carried out by a writer thread of their own; a write that fails
+    for want of a store waits, with those after it.
 
-    ``send`` runs the waiting writes and then the new one, stopping at the first write that
-    failed transiently; the next attempt waits ``backoff_s`` so that a dead server costs one
-    refused connection per second, not one per result. ``journal``: the file where waiting
-    records, and refused ones, are kept.
+    ``send`` only queues a record and wakes the thread, so that a slow or silent store never
+    holds up its caller (Tune's event loop: a trial's end reads its metric history and uploads
+    its model). The thread delivers the records in order, stopping at the first write that
+    failed transiently; it tries again ``backoff_s`` later, so that a dead server costs one
+    refused connection per second, not one per result. ``flush`` and ``drain`` wait for it.
+    ``journal``: the file where waiting records, and refused ones, are kept (cut down each time
+    nothing waits).
     """
 
     def __init__(
@@ -71,7 +78,7 @@ class Outbox:
     ) -> None:
         self.apply = apply
         self.journal = journal
-        # [record, whether it is in the journal]
+        # [record, whether it is in the journal]; the driver appends, the thread pops.
         self.pending: collections.deque[list] = collections.deque()
         self.backoff_s = backoff_s
         self.retry_at = 0.0
@@ -81,45 +88,140 @@ class Outbox:
         # The journal may hold records that are neither waiting nor refused (delivered ones).
         self._journal_stale = False
         self.last_error = ""
+        # Guards the queue's journal flags, the journal, ``refused`` and the thread's state
+        # below; re-entrant (a Condition's lock is an RLock).
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._blocked = False  # the last pass stopped at a transient failure
+        self._passes = 0  # passes ended, for ``flush``
 
     def send(self, record: Record, journaled: bool = False) -> None:
-        """Deliver ``record`` (its ``what`` names it in messages) after those waiting.
-        ``journaled``: it is in the journal already (a replayed record)."""
-        self.enqueue(record, journaled)
-        self.flush()
+        """Queue ``record`` (its ``what`` names it in messages) behind those waiting and wake
+        the writer thread; returns at once. ``journaled``: it is in the journal already (a
+        replayed record)."""
+        with self._cond:
+            self.pending.append([record, journaled])
+            # Journaled before it is delivered: the driver may be killed before the thread
+            # gets to it, after Tune saved the checkpoint the record came with.
+            self._persist()
+            self._wake()
 
-    def enqueue(self, record: Record, journaled: bool = False) -> None:
-        """Put ``record`` behind those waiting; the next ``flush`` delivers it."""
-        self.pending.append([record, journaled])
+    def enqueue(self, records: list[Record], journaled: bool = False) -> None:
+        """Put ``records`` behind those waiting, all at once; the next ``send``, ``flush`` or
+        ``drain`` has them delivered."""
+        with self._cond:
+            self.pending.extend([record, journaled] for record in records)
 
     def flush(self) -> bool:
-        """Try the waiting writes in order; True when none is left."""
-        if self.pending and time.monotonic() < self.retry_at:
+        """Wait until the writer thread has tried the waiting writes; True when none is left,
+        False when they wait for the store (they are in the journal then)."""
+        with self._cond:
+            self._wake()
+            start = self._passes
+            try:
+                while self.pending and not self._closed:
+                    if self._blocked and (time.monotonic() < self.retry_at or self._passes > start):
+                        break
+                    self._cond.wait(0.5)
+            finally:  # a Ctrl-C in the wait, too: what is not delivered is kept
+                self._persist()
+            return not self.pending
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until everything is written or ``timeout_s`` has passed (the writer thread
+        retries meanwhile); what is left then is in the journal."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._wake()
+            try:
+                while self.pending and not self._closed:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(min(left, 1.0))
+            finally:  # a timeout, or a Ctrl-C in the wait: what is not delivered is kept
+                self._persist()
+            return not self.pending
+
+    def close(self, wait_s: float = 1.0) -> None:
+        """Stop the writer thread (waiting ``wait_s`` at most for a write under way): what is
+        not delivered stays in the journal for ``--resume``."""
+        with self._cond:
             self._persist()
-            return False
-        while self.pending:
-            record = self.pending[0][0]
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(wait_s)
+
+    # ---- the writer thread ----
+    def _wake(self) -> None:
+        """Start the writer thread (once) and have it look at the queue."""
+        if self.pending and self._thread is None and not self._closed:
+            self._thread = threading.Thread(target=self._run, name="mlflow-outbox", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._closed and (
+                        not self.pending or (self._blocked and time.monotonic() < self.retry_at)
+                    ):
+                        wait = self.retry_at - time.monotonic() if self.pending else None
+                        self._cond.wait(wait)
+                    if self._closed:
+                        return
+                self._deliver()
+        except Exception as err:  # the journal unwritable, say: no waiter may hang on this thread
+            print(f"error: mlflow writer stopped: {one_line(err)}", file=sys.stderr)
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+
+    def _deliver(self) -> None:
+        """One pass: the waiting writes in order, until none is left or one failed
+        transiently. ``apply`` runs outside the lock, so that ``send`` never waits for it."""
+        while True:
+            with self._cond:
+                if not self.pending or self._closed:
+                    break
+                record = self.pending[0][0]
             try:
                 self.apply(record)
             except Exception as err:  # classified: an outage waits, anything else is reported
-                if not is_transient(err):
-                    self._refuse(err)
-                    continue
-                if not self.last_error:
-                    print(
-                        f"warning: mlflow unreachable, buffering writes: {one_line(err)}",
-                        file=sys.stderr,
-                    )
-                self.last_error = one_line(err)
-                self.failures += 1
-                self.retry_at = time.monotonic() + self.backoff_s
-                self._persist()
-                return False
-            self._delivered()
-        if self.last_error:
-            print("mlflow reachable again: buffered writes delivered", file=sys.stderr)
-            self.last_error = ""
-        return True
+                with self._cond:
+                    if not is_transient(err):
+                        self._refuse(err)
+                        continue
+                    self._wait_for_store(err)
+                    return
+            with self._cond:
+                self._delivered()
+        with self._cond:
+            if self.last_error and not self.pending:
+                print("mlflow reachable again: buffered writes delivered", file=sys.stderr)
+                self.last_error = ""
+            self._blocked = False
+            self._end_pass()
+
+    def _wait_for_store(self, err: Exception) -> None:
+        if not self.last_error:
+            print(
+                f"warning: mlflow unreachable, buffering writes: {one_line(err)}", file=sys.stderr
+            )
+        self.last_error = one_line(err)
+        self.failures += 1
+        self.retry_at = time.monotonic() + self.backoff_s
+        self._blocked = True
+        self._persist()
+        self._end_pass()
+
+    def _end_pass(self) -> None:
+        self._passes += 1
+        self._cond.notify_all()
 
     def _delivered(self) -> None:
         journaled = self.pending.popleft()[1]
@@ -143,23 +245,25 @@ class Outbox:
         """When nothing waits, cut the journal down to the refused records (usually nothing).
         ``stale``: it holds records this outbox never saw delivered (a replay that skipped
         what MLflow held)."""
-        if self.pending or self.journal is None or not self.journal.exists():
-            return
-        if not self.refused:
-            os.truncate(self.journal, 0)
-        elif stale or self._journal_stale:
-            write_atomic(self.journal, "".join(_line(r) for r in self.refused))
-        self._journal_stale = False
+        with self._cond:
+            if self.pending or self.journal is None or not self.journal.exists():
+                return
+            if not self.refused:
+                os.truncate(self.journal, 0)
+            elif stale or self._journal_stale:
+                write_atomic(self.journal, "".join(_line(r) for r in self.refused))
+            self._journal_stale = False
 
     def _persist(self) -> None:
         """Append the waiting records not yet in the journal (flushed to the disk: the driver
         may be killed next)."""
-        new = [entry for entry in self.pending if not entry[1]]
-        if self.journal is None or not new:
-            return
-        self._append([entry[0] for entry in new])
-        for entry in new:
-            entry[1] = True
+        with self._cond:
+            new = [entry for entry in self.pending if not entry[1]]
+            if self.journal is None or not new:
+                return
+            self._append([entry[0] for entry in new])
+            for entry in new:
+                entry[1] = True
 
     def _append(self, records: list[Record]) -> None:
         if self.journal is None:
@@ -168,15 +272,6 @@ class Outbox:
             out.writelines(_line(record) for record in records)
             out.flush()
             os.fsync(out.fileno())
-
-    def drain(self, timeout_s: float) -> bool:
-        """Retry until everything is written or ``timeout_s`` has passed."""
-        deadline = time.monotonic() + timeout_s
-        while not self.flush():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(max(0.0, min(self.retry_at - time.monotonic(), 1.0)) or 0.1)
-        return True
 
 
 def _line(record: Record) -> str:

@@ -11,11 +11,15 @@ and the bookkeeping in one place:
   step is before the result's, so a trial restored from a checkpoint, or a whole sweep
   restored after its driver was killed, never logs a (key, step) pair twice and never gets a
   second child run.
-- Records go through an ordered buffer (``sweeps.tracking.outbox.Outbox``): when the store is
-  unreachable, they wait in order and are retried on later results and, with a bounded wait,
-  at the end of the sweep, so a short outage loses nothing and does not stop the trials.
-  ``sweeps.tracking.writer`` carries each out; those that wait are journaled in the output
-  folder, and ``replay`` delivers them after a driver killed during an outage.
+- Records go through an ordered buffer (``sweeps.tracking.outbox.Outbox``) whose writer thread
+  delivers them, so a slow store never holds up Tune's event loop; when the store is
+  unreachable, they wait in order and are retried, with a bounded wait at the end of the sweep,
+  so a short outage loses nothing and does not stop the trials. Whatever a record needs from a
+  folder Tune deletes (a checkpoint) is copied out before it is queued; reads of MLflow that
+  depend on earlier writes run in the record's ``apply``, in order (a trial's metric history
+  for its convergence label), or after ``outbox.flush``/``drain`` on the driver.
+  ``sweeps.tracking.writer`` carries each out; each is journaled in the output folder until
+  it is delivered, and ``replay`` delivers those a killed driver left there.
 """
 
 from __future__ import annotations
@@ -131,7 +135,9 @@ class SweepRecords:
         self._send({**spec, "what": "the sweep's spec"})
 
     def attach(self, parent_run_id: str) -> None:
-        """Continue the sweep of ``parent_run_id``: its child runs and what they hold."""
+        """Continue the sweep of ``parent_run_id``: its child runs and what they hold (read
+        once what is queued is delivered: the writer thread must not write meanwhile)."""
+        self.outbox.flush()
         attach_sweep(self.writer, parent_run_id)
 
     def replay(self) -> int:
@@ -284,6 +290,12 @@ class SweepRecords:
         else:  # a retry or a restored sweep: the same run carries on
             count_redo(self.redone, state, restored or {})
             self._send({"op": "running", "trial": trial_id, "what": f"status of {trial_id}"})
+            # A trial restored after its summary had set its final status: that tag is
+            # RUNNING now, so its end must write the status again.
+            state.status, state.status_logged = "RUNNING", None
+        # Marked here, as metrics are once queued: the writer thread delivers the params before
+        # anything of this trial queued after them (or they wait, in order, in the journal).
+        state.params = True
 
     def _result(self, trial_id: str, result: dict[str, Any]) -> None:
         state = self.trials.get(trial_id)

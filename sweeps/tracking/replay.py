@@ -70,11 +70,9 @@ def replay_journal(journal: Path | None, trials: dict[str, TrialState], outbox: 
     down to what MLflow (read by ``attach_sweep`` into ``trials``) does not hold yet; returns
     how many were read. Call after ``attach_sweep``, before Tune restarts the trials."""
     records = read_journal(journal) if journal is not None else []
+    missing = [still_missing(trials, record) for record in records]
     # All queued before any is tried: the journal is cut down only once all are delivered.
-    for record in records:
-        record = still_missing(trials, record)
-        if record is not None:
-            outbox.enqueue(record, journaled=True)
+    outbox.enqueue([record for record in missing if record is not None], journaled=True)
     outbox.flush()
     outbox.settle_journal(stale=True)
     return len(records)

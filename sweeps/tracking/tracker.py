@@ -65,9 +65,6 @@ class MLflowTracker(SweepRecords, Callback):
         with self._local_checkpoint(trial) as local:
             self.trial_errored(trial.trial_id, trial.config, trial.last_result, error_file, local)
 
-    def on_experiment_end(self, trials: list, **info) -> None:
-        self.outbox.flush()
-
     @contextmanager
     def _local_checkpoint(self, trial) -> Iterator[Path | None]:
         """The trial's final checkpoint as a local folder while the records copy its model out

@@ -187,12 +187,9 @@ class MLflowWriter:
 
     def _set_running(self, state: TrialState) -> None:
         self.client.set_tag(state.run_id, "sweep.status", "RUNNING")
-        # A trial stopped by Ctrl-C ended its run KILLED; it carries on now.
+        # A trial stopped by Ctrl-C ended its run KILLED; it carries on now. (The records mark
+        # the state RUNNING when they queue this: the writer thread may carry it out later.)
         self.client.update_run(state.run_id, status="RUNNING")
-        state.status = "RUNNING"
-        # A trial restored after its summary had set its final status: that tag is RUNNING now,
-        # so its end must write the status again.
-        state.status_logged = None
 
     def _log_metrics(
         self,

@@ -1,0 +1,138 @@
+"""A tracking server that answers slowly (a real ``mlflow server`` behind a proxy on 127.0.0.1
+that holds every request back) does not slow Tune down: the driver's writes go through the
+outbox's writer thread, so trials are scheduled on time and nothing is lost."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+
+import pytest
+from sweep_procs import (
+    assert_no_duplicate_steps,
+    children,
+    free_port,
+    kill,
+    result_lines,
+    start_mlflow_server,
+    start_sweep,
+    stop_mlflow_server,
+)
+
+DELAY_S = 0.15
+
+
+class DelayingProxy:
+    """A TCP proxy on 127.0.0.1 to ``target_port`` that holds each request (the first bytes a
+    client sends after the server's last answer) back ``delay_s``; ``requests`` counts them."""
+
+    def __init__(self, target_port: int, delay_s: float) -> None:
+        self.target_port, self.delay_s = target_port, delay_s
+        self.requests = 0
+        self._count = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            answered = threading.Event()
+            answered.set()
+            threading.Thread(
+                target=self._pump, args=(client, server, answered, True), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._pump, args=(server, client, answered, False), daemon=True
+            ).start()
+
+    def _pump(
+        self, src: socket.socket, dst: socket.socket, answered: threading.Event, up: bool
+    ) -> None:
+        try:
+            while data := src.recv(65536):
+                if up and answered.is_set():  # a new request on this connection
+                    answered.clear()
+                    with self._count:
+                        self.requests += 1
+                    time.sleep(self.delay_s)
+                elif not up:
+                    answered.set()
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def slow_server(tmp_path):
+    port = free_port()
+    (tmp_path / "server").mkdir()
+    proc = start_mlflow_server(tmp_path / "server", port)
+    proxy = DelayingProxy(port, DELAY_S)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+        stop_mlflow_server(proc)
+
+
+@pytest.mark.slow
+def test_a_slow_server_does_not_hold_up_the_trials(tmp_path, slow_server):
+    """Each request held back 0.15 s costs the synchronous driver seconds at every trial's
+    end (its model, diagnostics and metric history): measured before the writer thread,
+    0.3 s x 152 requests stretched Tune's phase from the trials' ~4 s to 33 s and started the
+    second pair of trials 23 s after the first pair ended. Now Tune's phase (from the trials'
+    own result timestamps, to the second) stays near the trials' time, and the writes follow
+    on the writer thread, in order, all delivered."""
+    uri = f"http://127.0.0.1:{slow_server.port}"
+    start = time.monotonic()
+    proc = start_sweep(tmp_path, uri, ["base.train.max_steps=30"])
+    try:
+        code = proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    wall_s = time.monotonic() - start
+    err = (tmp_path / "run.err").read_text()
+    assert code == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+
+    # Each trial's (start, end) as its own results say (Tune's timestamps are whole seconds).
+    results = result_lines(tmp_path / "out" / "smoke" / "ray" / "smoke").values()
+    spans = sorted((r[0]["timestamp"] - r[0]["time_total_s"], r[-1]["timestamp"]) for r in results)
+    assert len(spans) == 4
+    tune_s = max(end for _, end in spans) - spans[0][0]
+    # How long each trial waited for its slot after an earlier trial had ended.
+    waits = [begin - max(end for _, end in spans[:i]) for i, (begin, _) in enumerate(spans) if i]
+    writes_s = slow_server.requests * DELAY_S
+    print(
+        f"wall {wall_s:.1f} s, tune {tune_s:.1f} s, waits for a slot {waits} s, "
+        f"{slow_server.requests} requests x {DELAY_S} s = {writes_s:.1f} s"
+    )
+    assert max(waits) < 3.0, (waits, tune_s, writes_s)
+    assert tune_s < 0.3 * writes_s, (tune_s, writes_s)
+
+    direct = f"http://127.0.0.1:{slow_server.target_port}"
+    parents, runs = children(direct, "smoke")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len({r.data.tags["sweep.trial_id"] for r in runs}) == len(runs) == 4
+    for run in runs:
+        assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
+        assert run.data.tags["sweep.stopped_reason"] == "max_steps"
+        assert run.data.metrics["n_params"] > 0  # train()'s summary
+    assert assert_no_duplicate_steps(direct, runs) > 0
+    journal = tmp_path / "out" / "smoke" / "mlflow_outbox.jsonl"
+    assert not journal.exists() or journal.read_text() == ""  # nothing left waiting
