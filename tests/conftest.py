@@ -17,6 +17,7 @@ FAULT_MODULES = {
     "test_tunefix.py",
     "test_ray_versions.py",
     "test_user_actions.py",
+    "test_user_chaos.py",
 }
 FAULT_TESTS = {
     "test_cluster.py::test_default_head_takes_the_token_file",
