@@ -167,18 +167,26 @@ def _labelled(
 
 def write_diagnostics(checkpoint_dir: Path, into: Path, member: int | None = None) -> list[Path]:
     """The numbers of a trial's checkpoint (``arith.training.diagnostics.export``) and their
-    figures,
-    under ``into`` as the trial's run lays them out; the files (none without diagnostics)."""
+    figures, under ``into`` as the trial's run lays them out; the files (none without
+    diagnostics)."""
     written = arith_diagnostics.export(checkpoint_dir, into, member)
+    return written + draw_diagnostics(into, written)
+
+
+def draw_diagnostics(into: Path, numbers: list[Path]) -> list[Path]:
+    """The figures of the numbers files ``numbers`` (``arith.training.diagnostics.export``'s),
+    under ``into``; the files drawn. Figure objects only (no pyplot state), so any one thread
+    may draw: the sweep's MLflow writer thread does (``sweeps.tracking.records``)."""
     figures: dict[str, Figure] = {}
-    for path in written:
-        numbers = json.loads(path.read_text())
+    for path in numbers:
+        values = json.loads(path.read_text())
         if path.name == Path(arith_diagnostics.DATA_JSON).name:
-            figures["diagnostics/answers.png"] = answers_figure(numbers)
-            figures["diagnostics/carries.png"] = carries_figure(numbers)
+            figures["diagnostics/answers.png"] = answers_figure(values)
+            figures["diagnostics/carries.png"] = carries_figure(values)
         else:
-            figures["embeddings.png"] = embeddings_figure(numbers)
+            figures["embeddings.png"] = embeddings_figure(values)
+    drawn = []
     for name, fig in figures.items():
         fig.savefig(into / name, dpi=100)
-        written.append(into / name)
-    return written
+        drawn.append(into / name)
+    return drawn

@@ -354,14 +354,15 @@ class SweepRecords:
 
     def _send_files(self, checkpoint: Path, trial_id: str, member: int | None = None) -> None:
         """The trial's final model (model.pt with its config) as the child run's ``model/``
-        artifact, and its diagnostics (``sweeps.analysis.plot_diagnostics``: drawn here, on
-        the driver) at the run's root: copied out of the local ``checkpoint`` folder now,
-        uploaded through the outbox. ``member``: its position in the pack whose checkpoint
-        holds it (packed sweeps)."""
+        artifact, and its diagnostics at the run's root: copied out of the local
+        ``checkpoint`` folder now (it may be gone once Tune's hook returns), their figures
+        drawn (``sweeps.analysis.plot_diagnostics``, about 0.3 s a trial) and everything
+        uploaded by the outbox's writer thread, off Tune's loop. ``member``: its position in
+        the pack whose checkpoint holds it (packed sweeps)."""
         if self.model_dir is None:
             return
+        from arith.training import diagnostics
         from arith.training.checkpoint import export_model
-        from sweeps.analysis.plot_diagnostics import write_diagnostics
 
         folder = self.model_dir / trial_id
         extra = self.model_dir.parent / "diagnostics" / trial_id
@@ -371,17 +372,17 @@ class SweepRecords:
             print(f"warning: no model for {trial_id}: {one_line(err)}", file=sys.stderr)
             folder = None
         try:
-            drawn = write_diagnostics(checkpoint, extra, member)
+            numbers = diagnostics.export(checkpoint, extra, member)
         except Exception as err:  # nor diagnostics lost
             print(f"warning: no diagnostics for {trial_id}: {one_line(err)}", file=sys.stderr)
-            drawn = []
+            numbers = []
         if folder is not None:
             self._send(
                 {"op": "model", "trial": trial_id, "folder": str(folder),
                  "what": f"model of {trial_id}"}
             )  # fmt: skip
-        if drawn:
+        if numbers:
             self._send(
                 {"op": "files", "trial": trial_id, "folder": str(extra),
-                 "what": f"diagnostics of {trial_id}"}
+                 "draw": [str(path) for path in numbers], "what": f"diagnostics of {trial_id}"}
             )  # fmt: skip

@@ -8,6 +8,7 @@ its run: the experiment, the parent run and each trial's ``TrialState``.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from arith.cli import one_line
 from sweeps.analysis.convergence import CONVERGENCE_TAG
 from sweeps.analysis.store import sqlite_file
 from sweeps.tracking.outbox import Record
@@ -124,6 +126,7 @@ class MLflowWriter:
         elif op == "model":  # the trial's final model, copied out of Tune's storage
             self._log_model(state.run_id, Path(record["folder"]))
         elif op == "files":  # the trial's diagnostics, laid out as its run holds them
+            _draw(record)
             self.client.log_artifacts(state.run_id, record["folder"])
         elif op == "outputs":
             from sweeps.analysis.collect import log_outputs_to_parent
@@ -269,3 +272,17 @@ class MLflowWriter:
             path = Path(tmp) / name
             path.write_text(text)
             self.client.log_artifact(run_id, str(path))
+
+
+def _draw(record: Record) -> None:
+    """The figures of a files record's diagnostics numbers (its ``draw``), drawn where the
+    writer runs; a figure that cannot be drawn is one warning, and the numbers still go."""
+    if not record.get("draw"):
+        return
+    from sweeps.analysis.plot_diagnostics import draw_diagnostics
+
+    try:
+        draw_diagnostics(Path(record["folder"]), [Path(p) for p in record["draw"]])
+    except Exception as err:  # a figure lost must not hold up the writes behind it
+        print(f"warning: no diagnostics figures for {record.get('trial')}: {one_line(err)}",
+              file=sys.stderr)  # fmt: skip
