@@ -1,8 +1,8 @@
 """A trial's diagnostics drawn: its data (answers, carry chains) and its embeddings' paths.
 
-``arith.training.diagnostics`` measures them as numbers; ``write_diagnostics`` (run on the driver,
-on a
-trial's checkpoint) exports those numbers and draws these figures beside them:
+``arith.training.diagnostics`` measures them as numbers and exports them from a trial's
+checkpoint; ``draw_diagnostics`` draws these figures beside them (in a sweep, on the MLflow
+writer thread: ``sweeps.tracking.records``), and ``write_diagnostics`` does both at once:
 
 - ``diagnostics/answers.png``: the answer's value and length, training against each
   evaluation set, as shares of the set (training holds far more problems);

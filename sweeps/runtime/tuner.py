@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweeps.runtime import tuning
+from sweeps.spec.sweep_spec import SweepSpec
 
 if TYPE_CHECKING:
     from sweeps.runtime.lost import LostTrials
-from sweeps.spec.sweep_spec import SweepSpec
 
 # MLflow writes waiting for an unreachable tracking server (sweeps.tracking.outbox), beside the
 # outputs.
@@ -35,8 +35,8 @@ def build_tuner(
 ):
     """The Tuner of a sweep (a ``SweepTuner``) and its MLflow callback (whose parent run the
     caller starts or, with ``resume``, attaches to). A resumed Tuner restores Tune's state from
-    the output folder; MLflow, not Tune's copy, says what is logged. ``slots``: cap concurrency with
-    TRIAL_SLOT resources (``sweeps.runtime.tuning.uses_slots``). ``points``: the trials an
+    the output folder; MLflow, not Tune's copy, says what is logged. ``slots``: cap concurrency
+    with TRIAL_SLOT resources (``sweeps.runtime.tuning.uses_slots``). ``points``: the trials an
     --extend trains (``sweeps.runtime.extend``, whose round ``sweep.json`` names); with none,
     no Tuner (None)."""
     from ray import tune
