@@ -59,9 +59,9 @@ class EmaGradFilter:
             p.grad.add_(ema * self.lamb_vector.view(shape))
 
     def _apply_one(self, weight: float, lamb: float) -> None:
-        """One model: the settings are Python numbers, so one foreach kernel per operation."""
-        chosen = [j for j, p in enumerate(self.params) if p.grad is not None]
-        grads = [self.params[j].grad for j in chosen]
-        ema = [self.ema[j] for j in chosen]
-        torch._foreach_lerp_(ema, grads, weight)
-        torch._foreach_add_(grads, ema, alpha=lamb)
+        """One model: the settings are Python numbers, applied in place per parameter (torch's
+        public ops: its fused ``_foreach`` kernels are private names)."""
+        for p, ema in zip(self.params, self.ema, strict=True):
+            if p.grad is not None:
+                ema.lerp_(p.grad, weight)
+                p.grad.add_(ema, alpha=lamb)
