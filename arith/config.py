@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from arith import dataconf
-from arith.data import length_grid
+from arith.data import length_grid, length_probe
 from arith.data.dataset import DataConfig
 from arith.errors import ConfigError, require
 from arith.model.gpt import ModelConfig
@@ -68,6 +68,12 @@ class RunConfig:
             not (self.data.length_grid_max and task not in length_grid.TASKS),
             "data.length_grid_max",
             f"the grid sets the lengths of two operands ({' or '.join(length_grid.TASKS)}), "
+            f"but task.name is {task!r}",
+        )
+        require(
+            not (self.data.length_probe_max and task not in length_probe.TASKS),
+            "data.length_probe_max",
+            f"the probe knows the carry edge cases of {' and '.join(length_probe.TASKS)}, "
             f"but task.name is {task!r}",
         )
 

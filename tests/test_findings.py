@@ -460,3 +460,24 @@ def test_grokfast_check_reads_the_speed_up_against_its_bar():
     assert check({"main": slower})[-1].endswith("**not met** (2.8x).")
     lost = trials.assign(**{"val/steps_to_threshold": [2200, 2400, 2000, 300, 400, None]})
     assert "**not met** (not every seed grokked" in check({"main": lost})[-1]
+
+
+def test_abacus_reports_the_probe_per_seed_and_judges_10x_on_the_best_global_arm():
+    trials = _arms(*[("abacus_bias", 1.0, 1.0)] * 6)
+    trials["model.abacus_bias_window"] = [True] * 3 + [False] * 3
+    trials["probe/extrapolation_ratio"] = [25.0, 25.0, 12.0, 10.0, 12.5, 6.0]
+    trials["probe/broke_at"] = [0.0, 0.0, 128.0, 100.0, 128.0, 64.0]
+    trials["probe/edge_ratio"] = [0.0, 0.0, 0.0, 10.0, 12.5, 6.0]
+    sentences = CLAIMS["abacus_length"].check({"main": trials})
+    local = next(s for s in sentences if s.startswith("Length probe, abacus_bias_window"))
+    assert "(locality prior" in local and "25 (held to the probe's end)" in local
+    assert "12 (broke at 128 digits)" in local
+    glob = next(s for s in sentences if s.startswith("Length probe, abacus_bias (global"))
+    assert "carry edge cases right up to 10 / 12.5 / 6x" in glob
+    assert sentences[-1].startswith("An arm with global attention holds >= 99.0 % at 10x")
+    assert sentences[-1].endswith(
+        "**not met** (the best, abacus_bias, chosen on validation: 10 / 12.5 / 6)."
+    )
+    trials.loc[5, "probe/extrapolation_ratio"] = 16.0
+    sentences = CLAIMS["abacus_length"].check({"main": trials})
+    assert "**met**" in sentences[-1]

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arith.data import carry_sets, length_grid
+from arith.data import carry_sets, length_grid, length_probe
+from arith.data.set_records import DATA_METRICS, SetRecord
 from arith.errors import require
 from arith.problems import tasks
 from arith.problems._sampling import mix64
@@ -67,6 +68,12 @@ class DataConfig:
     """Problems per cell of the length grid, none of them a training problem."""
     length_grid_step: int = 1
     """The grid's lengths: 1, every this-many-th length and ``length_grid_max``."""
+    length_probe_max: int = 0
+    """Also climb a ladder of operand lengths past the trained one, up to this many digits,
+    until exact match falls below 99 % or the model's context ends, once at the end
+    (arith.evaluation.length_probe: ``probe/`` metrics); 0: off."""
+    length_probe_size: int = 100
+    """Random problems per rung of the length probe (beside its carry edge cases)."""
     cascade_size: int | None = None
     """Also evaluate on a ``cascade`` set of this many full-width additions whose carry runs
     from the ones digit through the top one (``1166 + 9834 = 11000``;
@@ -122,6 +129,7 @@ class DataConfig:
         length_grid.check_settings(
             self.length_grid_max, self.length_grid_size, self.length_grid_step
         )
+        length_probe.check_settings(self.length_probe_max, self.length_probe_size)
 
     def check_task(self, task: TaskConfig) -> None:
         """ConfigError unless every longer set is longer than any trained operand."""
@@ -134,6 +142,7 @@ class DataConfig:
                 f"must start above the {trained} digits training reaches "
                 f"(task.n_digits), but got {list(lo_hi or ())}",
             )
+        length_probe.check_settings(self.length_probe_max, self.length_probe_size, trained)
 
     def cascade_problems(self, task: TaskConfig) -> int:
         """Problems the ``cascade`` set asks for: ``cascade_size``, else ``carry_size``; 0 for
@@ -169,26 +178,6 @@ STREAM_CASCADE = 7
 OVERSAMPLE, MIN_DRAW = 1.2, 16
 """``sample_split`` draws 20 % more than the split's share should yield, and at least a few, so
 one round of rejection usually suffices; a short round just draws again."""
-
-DATA_METRICS = ("size", "dropped", "train_overlap")
-"""The ``SetRecord`` fields each set reports as ``data/<set>/<field>``."""
-
-
-@dataclass(frozen=True)
-class SetRecord:
-    """What filtering one evaluation set against training did (``data/<set>/...`` metrics)."""
-
-    before: int
-    """Problems drawn (``carry``, ``cascade``, ``length_grid``: asked for, their size per chain
-    or cell)."""
-    dropped: int
-    """Problems left out as training problems (``carry``, ``cascade``, ``length_grid``: short of
-    the ask)."""
-    size: int
-    """Problems the set holds."""
-    train_overlap: int
-    """Problems of the set training can draw, counted again after filtering: 0 unless the
-    filter is wrong."""
 
 
 @dataclass

@@ -15,6 +15,7 @@ import torch
 from arith.data import length_grid
 from arith.data.batches import BatchSource
 from arith.data.dataset import Dataset
+from arith.evaluation import length_probe
 from arith.evaluation.evaluate import answer_ids, evaluate_set, exact_matches, generate_ids
 from arith.training import checkpoint as ckpt
 from arith.training.diagnostics import RunDiagnostics, overlap_metrics
@@ -139,6 +140,20 @@ def finish_member(m: MemberRun, model, step: int, device, model_dir: Path | None
     state.final_weights = "best" if state.best_weights is not None else "last"
     weights_step = state.best_step if state.best_weights is not None else step
     m.metrics.update(_final_sets(model, m.dataset, device))
+    data = m.config.data
+    if data.length_probe_max:
+        seed = m.config.train.seed if data.seed is None else data.seed
+        m.metrics.update(
+            length_probe.probe(
+                model,
+                m.dataset.format,
+                m.dataset.task,
+                data.length_probe_max,
+                data.length_probe_size,
+                seed,
+                device,
+            )
+        )
     m.metrics.update(m.dataset.data_metrics())  # sizes and training overlap of each set
     m.metrics.update(overlap_metrics(m.diagnostics.data))  # and the splits' with each other
     m.metrics.update(final_weights_step=weights_step, done=1)

@@ -64,7 +64,8 @@ class TrainConfig:
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """``auto``: bf16 autocast on CUDA devices that support it, fp32 elsewhere."""
     compile: bool = False
-    """``torch.compile`` the training forward pass."""
+    """``torch.compile`` the training forward pass (``mode="reduce-overhead"``, CUDA graphs, on
+    CUDA); off by default: its effect is measured by ``python -m arith.bench --compile``."""
     time_budget_s: float | None = None
     """Stop training after this many seconds (then evaluate and return)."""
     peak_flops: float | None = None

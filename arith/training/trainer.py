@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from arith.data import length_grid
+from arith.data import length_grid, length_probe
 from arith.data.batches import BatchSource
 from arith.data.dataset import (
     DATA_METRICS,
@@ -114,6 +114,8 @@ def reported_metrics(config: RunConfig) -> set[str]:
     if data.length_grid_max:
         names |= length_grid.metric_names(data.length_grid_max, data.length_grid_step)
         names |= {f"data/length_grid/{key}" for key in DATA_METRICS}
+    if data.length_probe_max:
+        names |= length_probe.metric_names(task.n_digits, data.length_probe_max)
     longest = data.longest_operand(task)
     for name, lengths in sets.items():
         keys = set_metric_names(
@@ -127,6 +129,12 @@ def reported_metrics(config: RunConfig) -> set[str]:
         names |= {f"data/{name}/{key}" for key in DATA_METRICS}
     names |= {f"data/{name}/{other}_overlap" for name, other in SPLIT_PAIRS}
     return names
+
+
+def _compiled(model: model_lib.GPT, device: torch.device):
+    """The training forward pass compiled; on CUDA as CUDA graphs (a small model's step is kernel
+    launches). Evaluation and checkpoints use ``model`` itself: nothing saved changes."""
+    return torch.compile(model, mode="reduce-overhead" if device.type == "cuda" else None)
 
 
 def build_model(config: RunConfig, dataset: Dataset) -> model_lib.GPT:
@@ -190,7 +198,7 @@ def train_pack(
     peak = first.peak_flops or device_peak(device, autocast)
     for member in members:
         member.meter.peak_flops = peak
-    forward = torch.compile(model) if first.compile else model
+    forward = _compiled(model, device) if first.compile else model
     if resume_from is not None:
         _resume(resume_from, model, optimizer, members)
     elapsed_before = members[0].state.elapsed_before

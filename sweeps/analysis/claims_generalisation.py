@@ -11,6 +11,9 @@ import numpy as np
 import pandas as pd
 
 from arith.data.length_grid import RATIO_KEY, SUCCESS
+from arith.data.length_probe import BROKE_KEY as PROBE_BROKE
+from arith.data.length_probe import EDGE_RATIO_KEY as PROBE_EDGE_RATIO
+from arith.data.length_probe import RATIO_KEY as PROBE_RATIO
 from sweeps.analysis.claims_reading import (
     NOT_MEASURED,
     Frames,
@@ -87,7 +90,51 @@ def abacus_length(frames: Frames) -> list[str]:
         for each in arms:
             which = "" if each == name else f" ({each})"
             out.append(f"{claim}{which}: {bar(longer[each], ok)}.")
-    return [*out, *_across_seeds(trials, arm), _abacus_choice(trials, arm)]
+    return [*out, *_across_seeds(trials, arm), _abacus_choice(trials, arm), *_probe(trials, arm)]
+
+
+PROBE_RATIO_BAR = 10
+"""The length issue's target for an arm with global attention: >= 99 % at 10x the trained
+length on each of three seeds (the best published zero-shot ratio is about 6.67)."""
+
+
+def _probe(trials: pd.DataFrame, arm: str) -> list[str]:
+    """Per arm, how far the length probe climbed (arith.evaluation.length_probe) per seed, and
+    whether the arm sees only keys within its reach (a locality prior: each position's task is
+    the same at every length) or every key (global attention, as Abacus and position coupling);
+    the 10x target is judged on the best global arm, chosen on the validation lengths."""
+    if arm not in trials or not is_measured(trials, PROBE_RATIO):
+        return []
+    out = []
+    for name, rows in trials.groupby(arm):
+        ratios = column(rows, PROBE_RATIO).dropna()
+        broke = column(rows, PROBE_BROKE).reindex(ratios.index)
+        edges = column(rows, PROBE_EDGE_RATIO).reindex(ratios.index)
+        kind = "locality prior (keys within its reach)" if _is_local(name) else "global attention"
+        where = ", ".join(
+            f"{r:g} (broke at {int(b)} digits)" if b > 0 else f"{r:g} (held to the probe's end)"
+            for r, b in zip(ratios, broke.fillna(0), strict=True)
+        )
+        out.append(
+            f"Length probe, {name} ({kind}): extrapolation ratio per seed {where}; carry edge "
+            f"cases right up to {' / '.join(f'{e:g}' for e in edges.fillna(0))}x."
+        )
+    global_arms = trials[~trials[arm].map(_is_local)]
+    best = chosen_cell(global_arms, [arm], PROBE_RATIO, on="longer_val/exact_match")
+    claim = (
+        f"An arm with global attention holds >= {pct(SUCCESS)} at {PROBE_RATIO_BAR}x the trained "
+        f"length on each of at least {SEEDS_BAR} seeds"
+    )
+    if best is None or arm not in best:
+        return [*out, f"{claim}: {NOT_MEASURED} (no global arm measured)."]
+    ratios = column(global_arms[global_arms[arm] == best[arm]], PROBE_RATIO).dropna()
+    ok = bar(ratios.min(), lambda v: v >= PROBE_RATIO_BAR and len(ratios) >= SEEDS_BAR)
+    per_seed = " / ".join(f"{r:g}" for r in ratios)
+    return [*out, f"{claim}: {ok} (the best, {best[arm]}, chosen on validation: {per_seed})."]
+
+
+def _is_local(arm_name: str) -> bool:
+    return "_window" in str(arm_name)
 
 
 def _across_seeds(trials: pd.DataFrame, arm: str) -> list[str]:

@@ -1,6 +1,7 @@
 """The length grid as heatmaps (arith.data.length_grid): exact match over the digits of a (rows) and
 of b (columns), one panel per configuration with the mean over its seeds, the trained length
-marked, each panel titled with its extrapolation ratio."""
+marked, each panel titled with its extrapolation ratio; under them, where the trials ran the
+length probe (arith.evaluation.length_probe), exact match along its ladder per trial."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from arith.data.length_grid import RATIO_KEY
+from arith.data.length_grid import RATIO_KEY, SUCCESS
 from sweeps.analysis.plot_style import short
 from sweeps.analysis.tables import config_axes, format_key
 
 CELL_COLUMN = re.compile(r"^lengths/exact_match/(\d+)x(\d+)$")
+PROBE_COLUMN = re.compile(r"^probe/exact_match/(\d+)$")
 TRAINED_COLUMN = "task.n_digits"
 MAX_TICKS = 13
 
@@ -34,8 +36,10 @@ def length_heatmap(trials: pd.DataFrame) -> Figure:
     cols = sorted({b for _, b in cells})
     keys = config_axes(trials)
     groups = list(trials.groupby(keys, dropna=False)) if keys else [("all", trials)]
-    fig = Figure(figsize=(4.6 * len(groups) + 1.2, 4.4), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, len(groups), sharey=True))
+    probes = {int(m[1]): c for c in trials.columns if (m := PROBE_COLUMN.match(c))}
+    fig = Figure(figsize=(4.6 * len(groups) + 1.2, 8.4 if probes else 4.4), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[4.4, 4.0]) if probes else (fig, None)
+    axes = np.atleast_1d(top.subplots(1, len(groups), sharey=True))
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="lightgrey")
     image = None
     for ax, (key, part) in zip(axes, groups, strict=True):
@@ -53,9 +57,35 @@ def length_heatmap(trials: pd.DataFrame) -> Figure:
         ax.set_xlabel("digits of b")
         ax.set_aspect("equal")
     axes[0].set_ylabel("digits of a")
-    fig.colorbar(image, ax=list(axes), label="lengths/exact_match (length grid; mean over seeds)")
+    top.colorbar(image, ax=list(axes), label="lengths/exact_match (length grid; mean over seeds)")
     fig.suptitle(f"exact match by operand lengths ({len(trials)} trials)")
+    if bottom is not None:
+        _probe_curves(bottom.subplots(), trials, probes, keys, groups)
     return fig
+
+
+def _probe_curves(ax, trials: pd.DataFrame, probes: dict[int, str], keys, groups) -> None:
+    """Exact match along the length probe's ladder, one line per trial (a colour per
+    configuration, a marker per seed), the 99 % bar dashed: a line ends where the probe broke
+    or the model's context ended."""
+    lengths = sorted(probes)
+    colors = matplotlib.colormaps["tab10"]
+    for i, (key, part) in enumerate(groups):
+        label = _panel_title(keys, key, part).split(" (n=")[0].replace("\n", " ")
+        for j, (_, row) in enumerate(part.iterrows()):
+            xs = [n for n in lengths if pd.notna(row.get(probes[n]))]
+            ys = [float(row[probes[n]]) for n in xs]
+            ax.plot(xs, ys, color=colors(i % 10), marker="osd^v"[j % 5], ms=4,
+                    label=label if j == 0 else None)  # fmt: skip
+    ax.axhline(SUCCESS, color="grey", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_xticks(lengths, [str(n) for n in lengths])  # the rungs, in digits, not 2x10^1
+    ax.minorticks_off()
+    ax.set_xlabel("digits of each operand (length probe; log scale)")
+    ax.set_ylabel("probe/exact_match")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize="small", loc="lower left")
+    ax.set_title("length probe: until it breaks (one line per trial, a marker per seed)")
 
 
 def _edges(levels: list[int]) -> np.ndarray:
