@@ -183,3 +183,85 @@ def test_a_refused_write_is_reported_once_kept_and_does_not_block(tmp_path, caps
     again.attach(parent)
     assert again.replay() == 1
     assert not again.outbox.pending and journal.read_text() == ""
+
+
+def _held_tracker(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    resolve = functools.partial(resolve_run_config, BASE, derived={})
+    tracker = MLflowTracker(uri, "tracking-test", resolve, describe, journal=tmp_path / "j.jsonl")
+    tracker.start_parent("sweep: {name: tracking-test}\n")
+    trial = FakeTrial("t_0", {"model.d_model": 32})
+    tracker.on_trial_start(0, [], trial)
+    assert tracker.outbox.flush()
+    return uri, tracker, trial
+
+
+def _counting_log_batch(monkeypatch) -> list[int]:
+    """The metrics of each log_batch request MLflow's client sends (the real call goes on)."""
+    sizes: list[int] = []
+    real = MlflowClient.log_batch
+
+    def counting(self, run_id, metrics=(), params=(), tags=(), **kwargs):
+        sizes.append(len(metrics))
+        return real(self, run_id, metrics=metrics, params=params, tags=tags, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", counting)
+    return sizes
+
+
+def test_results_waiting_for_a_slow_store_go_out_in_one_request(tmp_path, monkeypatch):
+    """Five evaluations queued while the writer is busy (its lock held, as a slow request holds
+    it) reach MLflow in one log_batch, every step in order, none twice."""
+    uri, tracker, trial = _held_tracker(tmp_path)
+    sizes = _counting_log_batch(monkeypatch)
+    with tracker.outbox._cond:  # the writer thread cannot take a record meanwhile
+        for i in range(5):
+            tracker.on_trial_result(i + 1, [], trial, eval_result(10 * i, i / 10))
+    assert tracker.outbox.flush() and not tracker.outbox.pending
+    assert len([n for n in sizes if n]) == 1, sizes
+    history = MlflowClient(uri).get_metric_history(tracker.trials["t_0"].run_id, "val/exact_match")
+    assert [(m.step, m.value) for m in history] == [(10 * i, i / 10) for i in range(5)]
+
+
+def test_a_combined_write_the_store_refuses_is_tried_one_record_at_a_time(
+    tmp_path, monkeypatch, capsys
+):
+    """A params conflict inside a combined write: the records go one at a time, the one the
+    store refuses is reported and kept, the metrics around it are delivered."""
+    uri, tracker, _ = _held_tracker(tmp_path)
+    run_id = tracker.trials["t_0"].run_id
+    rows = [
+        {"op": "metrics", "trial": "t_0", "step": 1, "metrics": {"x": 1.0}},
+        {"op": "metrics", "trial": "t_0", "step": 2, "metrics": {"x": 2.0},
+         "params": {"model.d_model": "64"}, "what": "params of t_0 again"},
+        {"op": "metrics", "trial": "t_0", "step": 3, "metrics": {"x": 3.0}},
+    ]  # fmt: skip
+    assert tracker.writer.combine(rows)[1] == 3  # one request, were the store to take it
+    with tracker.outbox._cond:
+        for row in rows:
+            tracker._send(row)
+    assert tracker.outbox.flush() and not tracker.outbox.pending
+    history = MlflowClient(uri).get_metric_history(run_id, "x")
+    assert [(m.step, m.value) for m in history] == [(1, 1.0), (3, 3.0)]
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "refused" in line]
+    assert len(warnings) == 1 and "params of t_0 again" in warnings[0]
+    assert [r["what"] for r in read_journal(tmp_path / "j.jsonl")] == ["params of t_0 again"]
+
+
+def test_combine_stops_where_one_request_could_not_hold_the_next_record():
+    from sweeps.tracking.writer import MLflowWriter
+
+    def row(step, trial="t_0", **more):
+        return {"op": "metrics", "trial": trial, "step": step, "metrics": {"x": 1.0}, **more}
+
+    combine = MLflowWriter.combine
+    merged, count = combine([row(1), row(2, params={"a": "1"}), row(3, tags={"t": "x"})])
+    assert count == 3 and merged["rows"] == [(1, {"x": 1.0}), (2, {"x": 1.0}), (3, {"x": 1.0})]
+    assert (merged["params"], merged["tags"]) == ({"a": "1"}, {"t": "x"})
+    assert combine([row(1), row(2, trial="t_1")])[1] == 1  # another trial's run
+    assert combine([row(1), {"op": "end", "trial": "t_0"}, row(2)])[1] == 1  # order kept
+    assert combine([row(1), row(1)])[1] == 1  # a metric twice at one step
+    assert combine([row(1, params={"a": "1"}), row(2, params={"a": "1"})])[1] == 1
+    assert combine([{"op": "end", "trial": "t_0"}, row(1)]) == ({"op": "end", "trial": "t_0"}, 1)
+    many = [{**row(i), "metrics": {f"m{j}": 0.0 for j in range(300)}} for i in range(5)]
+    assert combine(many)[1] == 3  # 900 metrics; a fourth record would pass MLflow's 1000

@@ -4,6 +4,7 @@ outbox's writer thread, so trials are scheduled on time and nothing is lost."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import socket
 import threading
@@ -26,11 +27,13 @@ DELAY_S = 0.15
 
 class DelayingProxy:
     """A TCP proxy on 127.0.0.1 to ``target_port`` that holds each request (the first bytes a
-    client sends after the server's last answer) back ``delay_s``; ``requests`` counts them."""
+    client sends after the server's last answer) back ``delay_s``; ``requests`` counts them,
+    ``paths`` per endpoint."""
 
     def __init__(self, target_port: int, delay_s: float) -> None:
         self.target_port, self.delay_s = target_port, delay_s
         self.requests = 0
+        self.paths: collections.Counter[str] = collections.Counter()
         self._count = threading.Lock()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
@@ -38,6 +41,13 @@ class DelayingProxy:
 
     def close(self) -> None:
         self.listener.close()
+
+    def endpoints(self) -> dict[str, int]:
+        """Requests per endpoint, the artifact uploads counted as one."""
+        out: collections.Counter[str] = collections.Counter()
+        for path, n in self.paths.items():
+            out["artifact uploads" if "/mlflow-artifacts/" in path else path] += n
+        return dict(out.most_common())
 
     def _accept(self) -> None:
         while True:
@@ -62,8 +72,10 @@ class DelayingProxy:
             while data := src.recv(65536):
                 if up and answered.is_set():  # a new request on this connection
                     answered.clear()
+                    line = data.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
                     with self._count:
                         self.requests += 1
+                        self.paths[line[1].split("?")[0] if len(line) > 1 else "?"] += 1
                     time.sleep(self.delay_s)
                 elif not up:
                     answered.set()
@@ -120,7 +132,8 @@ def test_a_slow_server_does_not_hold_up_the_trials(tmp_path, slow_server):
     writes_s = slow_server.requests * DELAY_S
     print(
         f"wall {wall_s:.1f} s, tune {tune_s:.1f} s, waits for a slot {waits} s, "
-        f"{slow_server.requests} requests x {DELAY_S} s = {writes_s:.1f} s"
+        f"{slow_server.requests} requests x {DELAY_S} s = {writes_s:.1f} s; "
+        f"{slow_server.endpoints()}"
     )
     assert max(waits) < 3.0, (waits, tune_s, writes_s)
     assert tune_s < 0.3 * writes_s, (tune_s, writes_s)

@@ -9,6 +9,10 @@ before the thread delivered it (during an outage, or while Tune had already save
 checkpoint a result came with) loses nothing either: ``--resume`` reads them back
 (``read_journal``) and delivers them, in order, skipping what MLflow already holds.
 
+Waiting writes that ``combine`` can merge (a trial's metrics at several steps) go out as one
+request: when the store is slow the queue grows and its batches with it, so a slow server costs
+about a request per trial and kind of write, not one per result.
+
 Only an outage waits (``is_transient``). A write the store refused, or one that failed for any
 other reason (a bug), is reported once and stays in the journal, where a resumed sweep tries it
 again; the writes behind it go on. The journal keeps nothing else once nothing is waiting.
@@ -17,6 +21,7 @@ again; the writes behind it go on. The journal keeps nothing else once nothing i
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import os
 import sqlite3
@@ -31,6 +36,8 @@ from arith.cli import one_line
 from sweeps.analysis.store import write_atomic
 
 Record = dict[str, Any]
+COMBINE_MAX = 64
+"""Waiting records offered to ``combine`` at once."""
 
 
 # SQLite's words for a write that lost the race for its lock (busy_timeout passed).
@@ -75,8 +82,12 @@ class Outbox:
         apply: Callable[[Record], Any],
         journal: Path | None = None,
         backoff_s: float = 1.0,
+        combine: Callable[[list[Record]], tuple[Record, int]] | None = None,
     ) -> None:
         self.apply = apply
+        # (one record for the first n waiting ones, n): writes that may go out as one request
+        self.combine = combine
+        self._singly = 0  # records to try one at a time: a combined write failed for good
         self.journal = journal
         # [record, whether it is in the journal]; the driver appends, the thread pops.
         self.pending: collections.deque[list] = collections.deque()
@@ -188,18 +199,27 @@ class Outbox:
             with self._cond:
                 if not self.pending or self._closed:
                     break
-                record = self.pending[0][0]
+                head = [self.pending[0][0]]
+                if self.combine is not None and not self._singly:
+                    head += [entry[0] for entry in itertools.islice(self.pending, 1, COMBINE_MAX)]
+            record, count = self.combine(head) if len(head) > 1 else (head[0], 1)
             try:
                 self.apply(record)
             except Exception as err:  # classified: an outage waits, anything else is reported
                 with self._cond:
                     if not is_transient(err):
-                        self._refuse(err)
+                        if count > 1:  # find the one the store refused: these, one at a time
+                            self._singly = count
+                        else:
+                            self._refuse(err)
+                            self._singly = max(0, self._singly - 1)
                         continue
                     self._wait_for_store(err)
                     return
             with self._cond:
-                self._delivered()
+                for _ in range(count):
+                    self._delivered()
+                self._singly = max(0, self._singly - count)
         with self._cond:
             if self.last_error and not self.pending:
                 print("mlflow reachable again: buffered writes delivered", file=sys.stderr)

@@ -90,7 +90,7 @@ class SweepRecords:
         # Work a restored trial did again: steps and training seconds since its checkpoint.
         self.redone = {"trials": 0, "steps": 0, "seconds": 0.0}
         self.journal = journal
-        self.outbox = Outbox(self.writer.apply, journal)
+        self.outbox = Outbox(self.writer.apply, journal, combine=self.writer.combine)
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its callbacks, and these records with them: unsent writes stay behind
@@ -99,7 +99,7 @@ class SweepRecords:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.outbox = Outbox(self.writer.apply, self.journal)
+        self.outbox = Outbox(self.writer.apply, self.journal, combine=self.writer.combine)
 
     # ---- what the driver and the tests read: the writer's ----
     @property

@@ -116,9 +116,8 @@ class MLflowWriter:
             self._set_running(state)
         elif op == "metrics":  # a summary's carries params too: what the trial trained on
             run_id = record.get("run_id") or state.run_id
-            self._log_metrics(
-                run_id, record["metrics"], record["step"], record.get("tags"), record.get("params")
-            )
+            rows = record.get("rows") or [(record["step"], record["metrics"])]  # ``combine``d
+            self._log_metrics(run_id, rows, record.get("tags"), record.get("params"))
         elif op == "end":
             self._end_run(state, record["tags"], record["run_status"])
         elif op == "spec":
@@ -197,20 +196,56 @@ class MLflowWriter:
     def _log_metrics(
         self,
         run_id: str,
-        metrics: dict[str, float],
-        step: int,
+        steps: list[tuple[int, dict[str, float]]],
         tags: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
     ) -> None:
-        """``metrics`` at ``step``, ``tags`` and ``params``, in one ``log_batch`` call (which
-        splits what exceeds MLflow's limits per request itself)."""
+        """The metrics of each (step, metrics) pair, ``tags`` and ``params``, in one
+        ``log_batch`` call (which splits what exceeds MLflow's limits per request itself)."""
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
-        rows = [Metric(k, v, now, step) for k, v in metrics.items()]
+        rows = [Metric(k, v, now, step) for step, metrics in steps for k, v in metrics.items()]
         run_tags = [RunTag(k, v) for k, v in (tags or {}).items()]
         run_params = [Param(k, v) for k, v in (params or {}).items()]
         self.client.log_batch(run_id, metrics=rows, params=run_params, tags=run_tags)
+
+    @staticmethod
+    def combine(records: list[Record]) -> tuple[Record, int]:
+        """One ``metrics`` record for the longest run of waiting ``metrics`` records of one
+        trial that a single ``log_batch`` takes (MLflow's limits: 1000 metrics, 100 params, 100
+        tags; no parameter or tag twice, no metric twice at a step), and how many it stands for.
+        The outbox calls this on its queue: a slow store gets one request where it would get
+        one per evaluation."""
+        first = records[0]
+        if first["op"] != "metrics":
+            return first, 1
+        run = (first.get("run_id"), first.get("trial"))
+        steps, tags, params, seen, count = [], {}, {}, set(), 0
+        for record in records:
+            if record["op"] != "metrics" or (record.get("run_id"), record.get("trial")) != run:
+                break
+            metrics, step = record["metrics"], record["step"]
+            more_tags, more_params = record.get("tags") or {}, record.get("params") or {}
+            keys = {(k, step) for k in metrics}
+            if count and (
+                keys & seen
+                or tags.keys() & more_tags.keys()
+                or params.keys() & more_params.keys()
+                or len(seen) + len(keys) > 1000
+                or len(tags) + len(more_tags) > 100
+                or len(params) + len(more_params) > 100
+            ):
+                break
+            steps.append((step, metrics))
+            tags.update(more_tags)
+            params.update(more_params)
+            seen |= keys
+            count += 1
+        if count == 1:
+            return first, 1
+        merged = {k: v for k, v in first.items() if k not in ("metrics", "step")}
+        return {**merged, "rows": steps, "tags": tags, "params": params}, count
 
     def _end_run(self, state: TrialState, tags: dict[str, str], run_status: str) -> None:
         from mlflow.entities import RunTag
@@ -255,7 +290,7 @@ class MLflowWriter:
         held_steps = {m.key: m.step for m in held.to_proto().metrics}
         metrics = {k: v for k, v in record["metrics"].items() if held_steps.get(k, -1) < step}
         params = [Param(k, v) for k, v in record["params"].items() if k not in held.params]
-        self._log_metrics(run_id, metrics, step, record["tags"])
+        self._log_metrics(run_id, [(step, metrics)], record["tags"])
         self.client.log_batch(run_id, params=params)
 
     def _log_model(self, run_id: str, folder: Path) -> None:
