@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import re
 import sys
 from collections.abc import Callable
@@ -24,15 +25,22 @@ def one_line(err: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def run_main(main: Callable[[], int | None]) -> None:
-    """Run ``main`` so a ConfigError becomes one line and exit 2, never a traceback."""
+def run_main(main: Callable[[], int | None], *, freeze_at_exit: bool = True) -> None:
+    """Run ``main`` so a ConfigError becomes one line and exit 2, never a traceback.
+
+    ``freeze_at_exit``: hand every object alive at the end to ``gc.freeze`` before exiting, so
+    the interpreter's last collections skip the millions of objects torch, Ray and MLflow
+    leave (measured on 2 cores: a 0.97 s exit after ``import sweeps.run`` alone became 0.17 s).
+    At-exit handlers and file flushes run as usual. Off for a caller that goes on (a test)."""
     try:
         code = main()
     except ConfigError as err:
         fail(str(err))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+        code = 130
+    if freeze_at_exit:
+        gc.freeze()
     raise SystemExit(code or 0)
 
 

@@ -261,7 +261,7 @@ def call_main(argv: list[str], out: io.StringIO | None = None) -> tuple[int, str
     err, out = io.StringIO(), io.StringIO() if out is None else out
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         try:
-            run_main(lambda: run.main(argv))
+            run_main(lambda: run.main(argv), freeze_at_exit=False)
         except SystemExit as stop:
             return int(stop.code or 0), err.getvalue()
     raise AssertionError("run_main always exits")
