@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from arith import config as config_lib
-from arith.evaluation.evaluate import evaluate_set
+from arith.evaluation.evaluate import digit_accuracy, evaluate_set
 from arith.model import gpt, positions
 from arith.model.gpt import CausalSelfAttention, ModelConfig
 from arith.model.kv_cache import KVCache
@@ -120,6 +120,32 @@ def test_a_model_wrong_on_trained_tokens_still_fails_exact_match_with_a_mask():
     mask[0, np.flatnonzero(mask[0])[-1]] = False  # it never learned to end (EOS)
     model = Learned(encoded, mask, fmt.pad_id, len(fmt.vocab))
     assert evaluate_set(model, fmt, problems, torch.device("cpu"))["exact_match"] == 0.0
+
+
+def test_digit_accuracy_leaves_out_the_digits_fed_in_under_a_mask():
+    """With mask_first_n the first answer characters are fed in, right by construction: they
+    are not scored, and a position only fed digits is left out (1.0 for free before)."""
+    task = TaskConfig(name="addition", n_digits=3, operand_lengths="fixed")
+    fmt = build_format(FormatConfig(name="plain", mask_first_n=1), task)
+    problems = from_ints(task, [[123, 456], [999, 999], [500, 700]])  # "579", "1998", "1200"
+    got = ["579", "1098", "1200"]  # the second row's hundreds digit wrong
+    scores = digit_accuracy(got, problems, fmt, fed=np.array([1, 1, 1]))
+    assert scores == {
+        "digit_accuracy/0": 1.0,
+        "digit_accuracy/1": 1.0,
+        "digit_accuracy/2": 0.5,  # 579's 5 was fed: 1998 wrong, 1200 right
+    }  # digit 3: the 1s of 1998 and 1200 were fed, no row wrote one
+    assert digit_accuracy(got, problems, fmt)["digit_accuracy/3"] == 1.0  # what fed counts
+
+
+def test_evaluate_set_scores_digits_without_the_fed_ones():
+    task = TaskConfig(name="addition", n_digits=3, operand_lengths="fixed")
+    fmt = build_format(FormatConfig(name="plain", mask_first_n=1), task)
+    problems = from_ints(task, [[999, 999], [500, 700]])  # "1998", "1200": 1 is fed in both
+    encoded = fmt.encode(problems)
+    model = Learned(encoded, encoded.loss_mask(1), fmt.pad_id, len(fmt.vocab))
+    scores = evaluate_set(model, fmt, problems, torch.device("cpu"))
+    assert "digit_accuracy/3" not in scores and scores["digit_accuracy/2"] == 1.0
 
 
 def test_enumerated_multi_op_sets_follow_the_operation_weights_as_sampled_ones_do():

@@ -133,7 +133,8 @@ def evaluate_set(
     if breakdowns:
         metrics.update(_breakdowns(problems, exact, reference))
         if _by_digit(reference.task):
-            metrics.update(digit_accuracy(got, problems, reference))
+            fed = _fed_chars(generated, answers, reference, fmt)
+            metrics.update(digit_accuracy(got, problems, reference, fed))
     model.train(was_training)
     return metrics
 
@@ -307,7 +308,9 @@ def _carry_breakdown(problems: Problems, exact: np.ndarray, task: tasks.TaskConf
     return out
 
 
-def digit_accuracy(got: list[str], problems: Problems, fmt: Format) -> dict[str, float]:
+def digit_accuracy(
+    got: list[str], problems: Problems, fmt: Format, fed: np.ndarray | None = None
+) -> dict[str, float]:
     """Accuracy of each answer digit, ``digit_accuracy/<i>``, over the problems whose answer
     has a digit i; positions count from the least significant digit (0: the ones), so they
     align across answer lengths, as length-generalisation papers report them.
@@ -316,18 +319,42 @@ def digit_accuracy(got: list[str], problems: Problems, fmt: Format) -> dict[str,
     answers least significant first, carry traces every third character after the sign,
     other formats from the right, spacing and sign aside), so a missing or extra digit in a
     most-significant-first answer shows as wrong digits above it. The expected digits are
-    the problem's own (|answer|, so a sign error shows in exact match only).
+    the problem's own (|answer|, so a sign error shows in exact match only). ``fed``: per row,
+    the characters at the start of its text that were fed in, not generated
+    (``format.mask_first_n``): their digits are not scored (a position no row generated is
+    left out).
     """
     width = int(problems.answer_len.max())
     expected = problems.answer[:, ::-1][:, :width]  # (N, width), the ones digit first
     predicted = np.full(expected.shape, -1, dtype=np.int16)
     for row, text in enumerate(got):
+        if fed is not None and fed[row]:  # fed digits become a mark that is not scored
+            head = "".join(FED if c.isdigit() else c for c in text[: fed[row]])
+            text = head + text[fed[row] :]
         digits = _digits_from_ones(text, fmt.config.name)[:width]
         codes = np.frombuffer(digits.encode(), np.uint8).astype(np.int16)
         predicted[row, : len(digits)] = codes - ord("0")  # any other character: not 0..9
     present = np.arange(width)[None, :] < problems.answer_len[:, None]
+    present &= predicted != ord(FED) - ord("0")
     hits = (predicted == expected) & present
-    return {_digit_key(i): float(hits[:, i].sum() / present[:, i].sum()) for i in range(width)}
+    return {
+        _digit_key(i): float(hits[:, i].sum() / present[:, i].sum())
+        for i in range(width)
+        if present[:, i].any()
+    }
+
+
+FED = "f"
+"""Stands for a fed digit in ``digit_accuracy``: no format writes it."""
+
+
+def _fed_chars(generated: np.ndarray, answers: Encoded, reference: Format, fmt: Format):
+    """Per row, the characters of its decoded answer that ``generate_ids`` fed in (the first
+    ``format.mask_first_n`` answer tokens of ``reference``), or None when nothing was fed."""
+    if not reference.config.mask_first_n:
+        return None
+    forced = np.minimum(reference.config.mask_first_n, answers.answer_len - 1)
+    return np.array([len(fmt.decode(row[:n])) for row, n in zip(generated, forced, strict=True)])
 
 
 def _digits_from_ones(text: str, format_name: str) -> str:
