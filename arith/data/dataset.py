@@ -144,6 +144,10 @@ class DataConfig:
             )
         length_probe.check_settings(self.length_probe_max, self.length_probe_size, trained)
 
+    def resolved_seed(self, run_seed: int) -> int:
+        """The seed of the sets: ``data.seed``, else the run's ``train.seed``."""
+        return run_seed if self.seed is None else self.seed
+
     def cascade_problems(self, task: TaskConfig) -> int:
         """Problems the ``cascade`` set asks for: ``cascade_size``, else ``carry_size``; 0 for
         a task other than addition or of 1 digit (no carry can travel)."""
@@ -286,12 +290,12 @@ def split_of(keys: np.ndarray, salt: int, val_fraction: float, test_fraction: fl
 
 def dataset_key(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: int) -> tuple:
     """What ``build_dataset`` depends on: runs with equal keys get equal datasets."""
-    return task, fmt, data, seed if data.seed is None else data.seed
+    return task, fmt, data, data.resolved_seed(seed)
 
 
 def build_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: int) -> Dataset:
     """Splits and evaluation sets, deterministic in ``data.seed`` (or the run's ``seed``)."""
-    data_seed = seed if data.seed is None else data.seed
+    data_seed = data.resolved_seed(seed)
     rng = np.random.default_rng([data_seed, STREAM_SETS])
     salt = int(np.random.default_rng([data_seed, STREAM_SPLIT_SALT]).integers(0, 2**63))
     dataset = Dataset(

@@ -33,8 +33,9 @@ def check_settings(max_len: int, size: int, trained: int = 0) -> None:
     require(
         max_len == 0 or trained < max_len <= MAX_DIGITS,
         "data.length_probe_max",
-        f"must be 0 (off) or a length in {trained + 1}..{MAX_DIGITS} (above the {trained} "
-        f"digits training reaches), but got {max_len}",
+        f"must be 0 (off) or a length in {trained + 1}..{MAX_DIGITS}"
+        + (f" (above the {trained} digits training reaches)" if trained else "")
+        + f", but got {max_len}",
     )
     require(size >= 1, "data.length_probe_size", f"must be >= 1, but got {size}")
 
@@ -70,6 +71,6 @@ def edge_problems(task: TaskConfig, length: int, rng: np.random.Generator) -> Pr
 def metric_names(trained: int, longest: int) -> set[str]:
     """Every key ``probe`` can return with these lengths (a superset: it stops where it breaks,
     and a shorter context ends it sooner, at a length this cannot know)."""
-    lengths = set(rungs(trained, longest)) | set(range(trained + 1, longest + 1))
+    lengths = range(trained + 1, longest + 1)  # every rung of any context is one of them
     names = {RATIO_KEY, EDGE_RATIO_KEY, BROKE_KEY, CONTEXT_KEY}
     return names | {key.format(n) for n in lengths for key in (EXACT_KEY, EDGE_KEY)}

@@ -59,6 +59,26 @@ def exact_matches(generated: np.ndarray, expected: list[np.ndarray], fmt: Format
 
 
 @torch.no_grad()
+def exact_rows(
+    model: GPT,
+    fmt: Format,
+    problems: Problems,
+    device: torch.device,
+    batch_size: int = 256,
+    encoded: Encoded | None = None,
+) -> np.ndarray:
+    """Which problems greedy decoding answers exactly (the length grid's and the length
+    probe's one number per problem; ``evaluate_set`` measures a set's every metric).
+    ``encoded``: ``problems`` already encoded with ``fmt``."""
+    was_training = model.training
+    model.eval()
+    encoded = encoded if encoded is not None else fmt.encode(problems)
+    generated = generate_ids(model, fmt, problems, device, batch_size, encoded=encoded)
+    model.train(was_training)
+    return exact_matches(generated, answer_ids(fmt, problems, encoded), fmt)
+
+
+@torch.no_grad()
 def teacher_forced(
     model: GPT,
     fmt: Format,

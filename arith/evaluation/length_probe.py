@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from arith.data.length_grid import SUCCESS
+from arith.data.length_grid import SUCCESS, extrapolation_ratio
 from arith.data.length_probe import (
     BROKE_KEY,
     CONTEXT_KEY,
@@ -39,8 +39,7 @@ from arith.data.length_probe import (
     random_problems,
     rungs,
 )
-from arith.evaluation.decode import generate_ids
-from arith.evaluation.evaluate import answer_ids, exact_matches
+from arith.evaluation.evaluate import exact_rows
 from arith.model.gpt import GPT
 from arith.problems.tasks import Problems, TaskConfig
 from arith.text.formats import Format, longest_digit_run
@@ -78,32 +77,26 @@ def probe(
     device: torch.device,
 ) -> dict[str, float]:
     """The probe's metrics (module docstring) for ``model``, rungs up to ``longest`` digits."""
-    was_training = model.training
-    model.eval()
     # three words: no [seed, id] stream of arith.data.dataset draws the same numbers
     rng = np.random.default_rng([seed, longest, size])
     context = context_digits(model, fmt, task, longest)
     out: dict[str, float] = {CONTEXT_KEY: float(context), BROKE_KEY: 0.0}
-    reached = edge_reached = 0
-    edge_holds = True
+    exact, edges = {}, {}  # per rung climbed
     for length in rungs(task.n_digits, context):
-        exact = _exact(model, fmt, random_problems(task, length, size, rng), device)
-        edge = _exact(model, fmt, edge_problems(task, length, rng), device)
-        out[EXACT_KEY.format(length)], out[EDGE_KEY.format(length)] = exact, edge
-        edge_holds = edge_holds and edge == 1.0
-        edge_reached = length if edge_holds else edge_reached
-        if exact < SUCCESS:
+        exact[length] = _exact(model, fmt, random_problems(task, length, size, rng), device)
+        edges[length] = _exact(model, fmt, edge_problems(task, length, rng), device)
+        out[EXACT_KEY.format(length)], out[EDGE_KEY.format(length)] = exact[length], edges[length]
+        if exact[length] < SUCCESS:
             out[BROKE_KEY] = float(length)
             break
-        reached = length
-    model.train(was_training)
-    out[RATIO_KEY] = reached / task.n_digits
-    out[EDGE_RATIO_KEY] = edge_reached / task.n_digits
+    out[RATIO_KEY] = extrapolation_ratio(exact, task.n_digits)
+    # every edge case of a rung right: the grid's ratio with a bar of 1
+    all_right = {n: float(e == 1.0) for n, e in edges.items()}
+    out[EDGE_RATIO_KEY] = extrapolation_ratio(all_right, task.n_digits)
     return out
 
 
 def _exact(model: GPT, fmt: Format, problems: Problems, device: torch.device) -> float:
     encoded = fmt.encode(problems)
     batch = max(1, BATCH_TOKENS // int(encoded.prompt_len.max()))
-    generated = generate_ids(model, fmt, problems, device, batch, encoded=encoded)
-    return float(exact_matches(generated, answer_ids(fmt, problems, encoded), fmt).mean())
+    return float(exact_rows(model, fmt, problems, device, batch, encoded).mean())

@@ -16,7 +16,7 @@ from arith.data import length_grid
 from arith.data.batches import BatchSource
 from arith.data.dataset import Dataset
 from arith.evaluation import length_probe
-from arith.evaluation.evaluate import answer_ids, evaluate_set, exact_matches, generate_ids
+from arith.evaluation.evaluate import evaluate_set, exact_rows
 from arith.training import checkpoint as ckpt
 from arith.training.diagnostics import RunDiagnostics, overlap_metrics
 from arith.training.hardware import Throughput
@@ -142,7 +142,7 @@ def finish_member(m: MemberRun, model, step: int, device, model_dir: Path | None
     m.metrics.update(_final_sets(model, m.dataset, device))
     data = m.config.data
     if data.length_probe_max:
-        seed = m.config.train.seed if data.seed is None else data.seed
+        seed = data.resolved_seed(m.config.train.seed)
         m.metrics.update(
             length_probe.probe(
                 model,
@@ -218,14 +218,7 @@ def _final_sets(model, dataset: Dataset, device) -> dict[str, float]:
     return out
 
 
-@torch.no_grad()
 def _length_grid(model, dataset: Dataset, device) -> dict[str, float]:
     """The length grid's cells and extrapolation ratio (arith.data.length_grid), greedy decoding."""
-    was_training = model.training
-    model.eval()
-    fmt, problems = dataset.format, dataset.length_grid
-    encoded = fmt.encode(problems)
-    generated = generate_ids(model, fmt, problems, device, encoded=encoded)
-    exact = exact_matches(generated, answer_ids(fmt, problems, encoded), fmt)
-    model.train(was_training)
-    return length_grid.cell_metrics(problems, exact, dataset.task.n_digits)
+    exact = exact_rows(model, dataset.format, dataset.length_grid, device)
+    return length_grid.cell_metrics(dataset.length_grid, exact, dataset.task.n_digits)

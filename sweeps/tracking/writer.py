@@ -213,10 +213,12 @@ class MLflowWriter:
     @staticmethod
     def combine(records: list[Record]) -> tuple[Record, int]:
         """One ``metrics`` record for the longest run of waiting ``metrics`` records of one
-        trial that a single ``log_batch`` takes (MLflow's limits: 1000 metrics, 100 params, 100
-        tags; no parameter or tag twice, no metric twice at a step), and how many it stands for.
-        The outbox calls this on its queue: a slow store gets one request where it would get
-        one per evaluation."""
+        trial that a single ``log_batch`` takes (MLflow's limits per request: 1000 metrics, 100
+        params, 100 tags; no parameter or tag twice, no metric twice at a step), and how many
+        it stands for. The outbox calls this on its queue: a slow store gets one request where
+        it would get one per evaluation."""
+        from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
+
         first = records[0]
         if first["op"] != "metrics":
             return first, 1
@@ -232,9 +234,9 @@ class MLflowWriter:
                 keys & seen
                 or tags.keys() & more_tags.keys()
                 or params.keys() & more_params.keys()
-                or len(seen) + len(keys) > 1000
-                or len(tags) + len(more_tags) > 100
-                or len(params) + len(more_params) > 100
+                or len(seen) + len(keys) > MAX_METRICS_PER_BATCH
+                or len(tags) + len(more_tags) > MAX_PARAMS_TAGS_PER_BATCH
+                or len(params) + len(more_params) > MAX_PARAMS_TAGS_PER_BATCH
             ):
                 break
             steps.append((step, metrics))
