@@ -240,4 +240,42 @@ def pack_main(args: argparse.Namespace) -> int:
     )
     print(f"{'size':>5} {'n_params':>9} {'pack':>5} {'unpacked':>14} {'packed':>14} {'ratio':>6}")
     run_pack_bench(sizes, packs, args.steps, args.device)
+    packed = [p for p in packs if p > 1]
+    if packed:
+        print("\none evaluation of every member (validation set and training sample), seconds:")
+        print("  alone: each member's own model in turn; together: one batch through the pack")
+        print(f"{'size':>5} {'pack':>5} {'alone':>8} {'together':>9} {'ratio':>6}")
+        run_pack_eval_bench(sizes, packed, args.device)
     return 0
+
+
+def run_pack_eval_bench(sizes: list[str], packs: list[int], device: str, repeats: int = 3):
+    """Median seconds of one evaluation of every member of a pack of ``pack_configs``, each
+    member alone and all together (``member_run.measure_together``), in pairs."""
+    import statistics
+
+    import torch
+
+    from arith.training import member_run
+    from arith.training.trainer import build_pack
+
+    torch.set_num_threads(1)
+    where = torch.device(device)
+    for size in sizes:
+        for n in packs:
+            members, model = build_pack(pack_configs(size, n, 1, device), where)
+            views = model.member_views()
+            alone, together = [], []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for view, m in zip(views, members, strict=True):
+                    member_run.step_metrics(view, m.dataset, where, m.train_sample, {})
+                alone.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                measured = member_run.measure_together(model, members, list(range(n)), where)
+                for i, (view, m) in enumerate(zip(views, members, strict=True)):
+                    done = measured.get(i, {})
+                    member_run.step_metrics(view, m.dataset, where, m.train_sample, done)
+                together.append(time.perf_counter() - t0)
+            a, b = statistics.median(alone), statistics.median(together)
+            print(f"{size:>5} {n:>5} {a:>8.2f} {b:>9.2f} {a / b:>6.2f}", flush=True)

@@ -167,11 +167,18 @@ def test_bench_pack_at_a_tiny_size(capsys):
     header = lines.index(next(line for line in lines if line.split()[0] == "size"))
     assert lines[header].split() == ["size", "n_params", "pack", "unpacked", "packed", "ratio"]
     assert any("unpacked:" in line for line in lines[:header])  # what the baseline is
-    rows = [line.split() for line in lines[header + 1 :]]
+    end = lines.index("", header)  # the evaluation table follows
+    rows = [line.split() for line in lines[header + 1 : end]]
     assert [(r[0], r[2]) for r in rows] == [("1k", "1"), ("1k", "2"), ("5k", "1"), ("5k", "2")]
     n_params = [int(r[1].replace(",", "")) for r in rows]
     assert 1_000 <= n_params[0] < 2_000 and 3_500 < n_params[2] <= 5_000  # "about 1K, 5K"
     assert all(float(r[5]) > 0 for r in rows)
+    # one evaluation of every member of each pack, alone and together
+    second = lines.index(next(line for line in lines[end:] if line.split()[:1] == ["size"]))
+    assert lines[second].split() == ["size", "pack", "alone", "together", "ratio"]
+    evals = [line.split() for line in lines[second + 1 :]]
+    assert [(r[0], r[1]) for r in evals] == [("1k", "2"), ("5k", "2")]
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in evals)
 
 
 def test_random_trials_are_drawn_as_tune_draws_them():

@@ -11,8 +11,9 @@ the smoke sweep (run it; press Ctrl-C at a random moment, once or twice; ``kill 
 - at the end, the table and every trial's figures equal an uninterrupted run's.
 
 The sequences are split between the two ends of the Ray range that CI tests (``-m faults``):
-SEQUENCES_PER_RAY seeds on each (1 in CI; 8 ran on the newest Ray when it was written).
-A failing sequence prints its seed and its steps; replay it with
+SEQUENCES_PER_RAY seeds on each (1 in CI: a sequence takes 35-60 s on 2 cores, so 20 would add
+about 15 minutes to a CI run of about 41). Seeds 0-12 passed on the newest Ray on 2026-11-26.
+A failing sequence prints its seed and its steps, each with its seconds; replay it with
 ``CHAOS_SEEDS=<seed> python -m pytest tests/test_user_chaos.py``.
 """
 
@@ -238,14 +239,21 @@ def test_a_random_sequence_of_user_actions_loses_nothing(tmp_path, seed):
                 how, after = "none", 0
             else:
                 action, how, after = _next_action(rng, seq)
+            started = time.monotonic()
             _act(seq, step, action, how, after)
+            acted = time.monotonic()
             _check(seq, step, canary)
+            seq.log[-1] += f" ({acted - started:.1f} s, checks {time.monotonic() - acted:.1f} s)"
             step += 1
             assert step < 12, "the sequence did not finish"
+        started = time.monotonic()
         code = _table(seq, step)
         assert code == 0
         _check(seq, step, canary)
+        seq.log.append(f"table ({time.monotonic() - started:.1f} s)")
+        started = time.monotonic()
         _final_table_matches(seq)
+        seq.log.append(f"compared with an uninterrupted run ({time.monotonic() - started:.1f} s)")
         print(f"chaos seed {seed}: {seq.log}")
     except AssertionError as err:
         raise AssertionError(

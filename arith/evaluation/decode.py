@@ -44,6 +44,12 @@ def greedy_decode(
     return out
 
 
+PACK_ROWS = 4096
+"""Rows of one decoding forward pass of a packed model at most: each member decodes
+``PACK_ROWS // members`` problems at a time (``batch_size`` at most), so a pack of 64 small
+models runs as few kernels as one model while its activations stay the size of one batch."""
+
+
 @torch.no_grad()
 def generate_ids(
     model: GPT,
@@ -67,27 +73,60 @@ def generate_ids(
     first in the row: greedy decoding then scores only what the model was trained to write.
     ``encoded`` and ``answers``: ``problems`` already encoded with ``fmt`` and ``reference``.
     """
+    if getattr(model, "members", 1) != 1:
+        raise ValueError("generate_ids decodes one model: a pack's members use generate_member_ids")
+    return generate_member_ids(
+        model,
+        fmt,
+        problems,
+        device,
+        batch_size,
+        max_new_tokens,
+        reference,
+        encoded=encoded,
+        answers=answers,
+    )[0]
+
+
+@torch.no_grad()
+def generate_member_ids(
+    model: GPT,
+    fmt: Format,
+    problems: Problems,
+    device: torch.device,
+    batch_size: int = 256,
+    max_new_tokens: int | None = None,
+    reference: Format | None = None,
+    *,
+    encoded: Encoded | None = None,
+    answers: Encoded | None = None,
+) -> np.ndarray:
+    """``generate_ids`` for each member of a packed model at once, (M, N, max_new_tokens): the
+    members decode the same prompts in one batch, member ``i``'s rows in block ``i``."""
     reference = reference or fmt
     encoded = encoded if encoded is not None else fmt.encode(problems)
     if answers is None:
         answers = encoded if reference is fmt else reference.encode(problems)
     limit = max_new_tokens or int(answers.answer_len.max()) + 1
+    members = getattr(model, "members", 1)
+    chunk_rows = batch_size if members == 1 else max(1, min(batch_size, PACK_ROWS // members))
     # EOS is always the model's own: a row whose mask covers its whole answer still must end
     forced = np.minimum(reference.config.mask_first_n, answers.answer_len - 1)
-    generated = np.empty((len(problems), limit), dtype=np.int64)
+    generated = np.empty((members, len(problems), limit), dtype=np.int64)
     groups = np.unique(np.stack([encoded.prompt_len, forced], axis=1), axis=0)
     for length, n in groups.tolist():  # prompts of one length, the same tokens fed in
         rows = np.flatnonzero((encoded.prompt_len == length) & (forced == n))
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start : start + batch_size]
+        for start in range(0, len(rows), chunk_rows):
+            chunk = rows[start : start + chunk_rows]
             given = _answer_prefix(answers, chunk, n)  # (len(chunk), n)
             prompts = np.concatenate([encoded.tokens[chunk, :length], given], axis=1)
-            generated[chunk, :n] = given[:, :limit]
+            generated[:, chunk, :n] = given[None, :, :limit]
             if n < limit:
+                every_member = np.tile(prompts, (members, 1))  # (M * len(chunk), T)
                 out = greedy_decode(
-                    model, torch.from_numpy(prompts).to(device), limit - n, fmt.eos_id
+                    model, torch.from_numpy(every_member).to(device), limit - n, fmt.eos_id
                 )
-                generated[chunk, n:] = out.cpu().numpy()
+                generated[:, chunk, n:] = out.cpu().numpy().reshape(members, len(chunk), -1)
     return generated
 
 

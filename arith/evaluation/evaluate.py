@@ -6,23 +6,26 @@ Each set is encoded once per format and the encoding handed to every metric that
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from arith.evaluation.decode import generate_ids
+from arith.evaluation.breakdowns import (  # noqa: F401 -- callers' old address
+    OP_NAMES,
+    _carry_breakdown,
+    by_digit,
+    digit_accuracy,
+    exact_match_breakdowns,
+    fed_chars,
+    reports_normalised,
+    set_metric_names,
+)
+from arith.evaluation.decode import PACK_ROWS, generate_ids, generate_member_ids
 from arith.evaluation.decode import greedy_decode as greedy_decode  # callers' old address
 from arith.evaluation.decode import predict_answers as predict_answers
 from arith.model.gpt import GPT
-from arith.problems import carries, tasks
 from arith.problems.tasks import Problems
 from arith.text.formats import Encoded, Format
-
-# MLflow metric names allow letters, digits, "_", "-", ".", " " and "/": operators get names.
-OP_NAMES = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "mod", "/": "div"}
 
 
 def answer_ids(fmt: Format, problems: Problems, encoded: Encoded | None = None) -> list[np.ndarray]:
@@ -89,19 +92,41 @@ def teacher_forced(
 ) -> dict[str, float]:
     """Answer-token loss and accuracy with the true answer fed in (no decoding), over the tokens
     the training loss counts (``format.mask_first_n`` skips the same first answer tokens)."""
+    return teacher_forced_members(model, fmt, problems, device, batch_size, encoded)[0]
+
+
+@torch.no_grad()
+def teacher_forced_members(
+    model: GPT,
+    fmt: Format,
+    problems: Problems,
+    device: torch.device,
+    batch_size: int = 256,
+    encoded: Encoded | None = None,
+) -> list[dict[str, float]]:
+    """``teacher_forced`` of each member of a packed model, measured in one batch of M blocks
+    of rows (the same problems in each); read from the device once, at the end."""
     encoded = encoded if encoded is not None else fmt.encode(problems)
     loss_mask = encoded.loss_mask(fmt.config.mask_first_n)
-    total_loss, correct, count = 0.0, 0, 0
-    for start in range(0, len(problems), batch_size):
-        tokens = torch.from_numpy(encoded.tokens[start : start + batch_size]).to(device)
-        mask = torch.from_numpy(loss_mask[start : start + batch_size]).to(device)
+    members = getattr(model, "members", 1)
+    chunk_rows = batch_size if members == 1 else max(1, min(batch_size, PACK_ROWS // members))
+    total_loss = torch.zeros(members, device=device, dtype=torch.float64)
+    correct = torch.zeros(members, device=device, dtype=torch.long)
+    count = int(loss_mask.sum())  # the same tokens for every member
+    for start in range(0, len(problems), chunk_rows):
+        rows = encoded.tokens[start : start + chunk_rows]
+        tokens = torch.from_numpy(np.tile(rows, (members, 1))).to(device)
+        mask = torch.from_numpy(np.tile(loss_mask[start : start + chunk_rows], (members, 1)))
+        mask = mask.to(device)
         logits, _ = model(tokens[:, :-1])
         targets = tokens[:, 1:]
         losses = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
-        total_loss += float(losses[mask].sum())
-        correct += int(((logits.argmax(-1) == targets) & mask).sum())
-        count += int(mask.sum())
-    return {"loss": total_loss / max(count, 1), "token_accuracy": correct / max(count, 1)}
+        total_loss += (losses.double() * mask).view(members, -1).sum(1)
+        correct += ((logits.argmax(-1) == targets) & mask).view(members, -1).sum(1)
+    return [
+        {"loss": loss / max(count, 1), "token_accuracy": hits / max(count, 1)}
+        for loss, hits in zip(total_loss.tolist(), correct.tolist(), strict=True)
+    ]
 
 
 def evaluate_set(
@@ -126,6 +151,25 @@ def evaluate_set(
     ``breakdowns=False`` measures ``exact_match`` and, where ``reference`` is ``fmt``, ``loss``
     and ``token_accuracy`` only: the training sample reports no more (``member_run``).
     """
+    if getattr(model, "members", 1) != 1:
+        raise ValueError("evaluate_set measures one model: a pack's members use evaluate_members")
+    return evaluate_members(
+        model, fmt, problems, device, reference, batch_size, breakdowns=breakdowns
+    )[0]
+
+
+def evaluate_members(
+    model: GPT,
+    fmt: Format,
+    problems: Problems,
+    device: torch.device,
+    reference: Format | None = None,
+    batch_size: int = 256,
+    *,
+    breakdowns: bool = True,
+) -> list[dict[str, float]]:
+    """``evaluate_set`` of each member of a packed model (one model: a list of one), the
+    members decoded together in one batch (``generate_member_ids``)."""
     was_training = model.training
     model.eval()
     reference = reference or fmt
@@ -133,7 +177,7 @@ def evaluate_set(
         raise ValueError("exact match compares token ids: the formats must share a vocabulary")
     encoded = fmt.encode(problems)  # once per format: every metric below reads these rows
     answers = encoded if reference is fmt else reference.encode(problems)
-    generated = generate_ids(
+    every_generated = generate_member_ids(
         model,
         fmt,
         problems,
@@ -143,20 +187,26 @@ def evaluate_set(
         encoded=encoded,
         answers=answers,
     )
-    exact = exact_matches(generated, answer_ids(reference, problems, answers), fmt)
-    metrics = {"exact_match": float(exact.mean())}
-    got = [fmt.decode(ids) for ids in generated] if breakdowns else []
-    if breakdowns:
-        metrics.update(_text_metrics(got, generated, answers, fmt, reference))
+    forced = [{}] * getattr(model, "members", 1)
     if reference is fmt:
-        metrics.update(teacher_forced(model, fmt, problems, device, batch_size, encoded))
-    if breakdowns:
-        metrics.update(_breakdowns(problems, exact, reference))
-        if _by_digit(reference.task):
-            fed = _fed_chars(generated, answers, reference, fmt)
-            metrics.update(digit_accuracy(got, problems, reference, fed))
+        forced = teacher_forced_members(model, fmt, problems, device, batch_size, encoded)
+    expected = answer_ids(reference, problems, answers)
+    out = []
+    for generated, member_forced in zip(every_generated, forced, strict=True):
+        exact = exact_matches(generated, expected, fmt)
+        metrics = {"exact_match": float(exact.mean())}
+        got = [fmt.decode(ids) for ids in generated] if breakdowns else []
+        if breakdowns:
+            metrics.update(_text_metrics(got, generated, answers, fmt, reference))
+        metrics.update(member_forced)
+        if breakdowns:
+            metrics.update(exact_match_breakdowns(problems, exact, reference))
+            if by_digit(reference.task):
+                fed = fed_chars(generated, answers, reference, fmt)
+                metrics.update(digit_accuracy(got, problems, reference, fed))
+        out.append(metrics)
     model.train(was_training)
-    return metrics
+    return out
 
 
 def _text_metrics(
@@ -170,7 +220,7 @@ def _text_metrics(
     ]
     short = ended_early(got, expected, fmt, reference)
     metrics = {"short_answers": float(short.mean())}
-    if _reports_normalised(fmt.config.name, reference is not fmt):
+    if reports_normalised(fmt.config.name, reference is not fmt):
         ended = well_formed(generated, fmt)
         norm = ended & np.array(
             [fmt.normalise(g) == reference.normalise(e) for g, e in zip(got, expected, strict=True)]
@@ -191,197 +241,3 @@ def ended_early(got: list[str], expected: list[str], fmt: Format, reference: For
             for g, e in zip(got, expected, strict=True)
         ]
     )
-
-
-def set_metric_names(
-    task: tasks.TaskConfig,
-    format_name: str,
-    *,
-    reference_differs: bool,
-    lengths: Iterable[int],
-    max_chain: int,
-) -> set[str]:
-    """Every key ``evaluate_set`` can return for a set of ``task`` problems in ``format_name``,
-    with longest operands of ``lengths`` digits and carry chains up to ``max_chain``.
-
-    ``reference_differs``: the answers are expected in another format (the ``ood`` set). A
-    superset: a breakdown appears only where the set holds such problems. The same rules as
-    ``evaluate_set`` and ``_breakdowns``, so the two cannot disagree.
-    """
-    lengths = list(lengths)
-    names = {"exact_match", "short_answers"}
-    if _reports_normalised(format_name, reference_differs):
-        names.add("normalised_match")
-    if not reference_differs:
-        names |= {"loss", "token_accuracy"}
-    if _by_op(task):
-        names |= {_op_key(symbol) for symbol in tasks.op_symbols(task)}
-    chains = range(max_chain + 1)
-    for symbol in _chain_symbols(task):
-        names |= {_chain_key(task, symbol, c) for c in chains} | {_cascade_key(task, symbol)}
-    if _by_length(task):
-        names |= {_length_key(n) for n in lengths}
-    if _by_digit(task):
-        widest = tasks.max_answer_digits(task, max(lengths))
-        names |= {_digit_key(i) for i in range(widest)}
-    return names
-
-
-def _reports_normalised(format_name: str, reference_differs: bool) -> bool:
-    """Normalised match says something only where spacing can differ from the expected text."""
-    return reference_differs or format_name == "spaced"
-
-
-def _by_op(task: tasks.TaskConfig) -> bool:
-    return len(tasks.op_symbols(task)) > 1 or task.name in ("multi_op", "modular")
-
-
-def _by_length(task: tasks.TaskConfig) -> bool:
-    return task.name in ("addition", "multiplication", "sorting")
-
-
-def _by_digit(task: tasks.TaskConfig) -> bool:
-    return task.name != "sorting"  # a sorting answer is letters, not digits
-
-
-def _op_key(symbol: str) -> str:
-    return f"exact_match/{OP_NAMES.get(symbol, symbol)}"
-
-
-def _length_key(length: int) -> str:
-    return f"exact_match/len_{length}"
-
-
-CHAIN_KINDS = {"+": "carry", "-": "borrow"}
-"""The chain each operator's exact match is broken down by (arith.problems.carries)."""
-
-
-def _chain_symbols(task: tasks.TaskConfig) -> list[str]:
-    """The operators of ``task`` broken down by carry or borrow chain; none for other tasks."""
-    if task.name not in ("addition", "multi_op"):
-        return []
-    return [symbol for symbol in tasks.op_symbols(task) if symbol in CHAIN_KINDS]
-
-
-def _chain_key(task: tasks.TaskConfig, symbol: str, chain: int) -> str:
-    """Addition: ``exact_match/carry_<c>``; multi_op: ``exact_match/add/carry_<c>`` and
-    ``exact_match/sub/borrow_<c>``."""
-    return f"exact_match/{_chain_op(task, symbol)}{CHAIN_KINDS[symbol]}_{chain}"
-
-
-def _cascade_key(task: tasks.TaskConfig, symbol: str) -> str:
-    """Addition: ``exact_match/cascade``; multi_op: ``exact_match/add/cascade`` and
-    ``exact_match/sub/cascade`` (arith.problems.carries.cascades)."""
-    return f"exact_match/{_chain_op(task, symbol)}cascade"
-
-
-def _chain_op(task: tasks.TaskConfig, symbol: str) -> str:
-    """The operator's part of a chain key: none for addition, ``add/`` in multi_op."""
-    return "" if task.name == "addition" else f"{OP_NAMES[symbol]}/"
-
-
-def _digit_key(position: int) -> str:
-    return f"digit_accuracy/{position}"
-
-
-def _breakdowns(problems: Problems, exact: np.ndarray, fmt: Format) -> dict[str, float]:
-    """Exact match per operation (when there are several) and per longest operand length."""
-    out: dict[str, float] = {}
-    symbols = tasks.op_symbols(fmt.task)
-    if _by_op(fmt.task):
-        for index, symbol in enumerate(symbols):
-            rows = problems.op == index
-            if rows.any():
-                out[_op_key(symbol)] = float(exact[rows].mean())
-    out.update(_carry_breakdown(problems, exact, fmt.task))
-    if _by_length(fmt.task):
-        groups: dict[int, list[bool]] = defaultdict(list)
-        longest = problems.operand_len.max(axis=1)
-        for length in np.unique(longest):
-            groups[int(length)] = exact[longest == length].tolist()
-        if len(groups) > 1:
-            for length, hits in sorted(groups.items()):
-                out[_length_key(length)] = float(np.mean(hits))
-    return out
-
-
-def _carry_breakdown(problems: Problems, exact: np.ndarray, task: tasks.TaskConfig) -> dict:
-    """Exact match by the longest carry chain (``+``) or borrow chain (``-``) of a problem
-    (keys: ``_chain_key``), and on its cascades (``_cascade_key``, where the set holds any).
-    Other tasks have no carries to count."""
-    chained = _chain_symbols(task)
-    if not chained:
-        return {}
-    symbols = tasks.op_symbols(task)
-    chain = carries.longest_chain(problems, symbols)
-    cascade = carries.cascades(problems, symbols)
-    out: dict[str, float] = {}
-    for index, symbol in enumerate(symbols):
-        if symbol not in chained:
-            continue
-        rows = problems.op == index
-        for c in np.unique(chain[rows]):
-            hits = exact[rows & (chain == c)]
-            out[_chain_key(task, symbol, int(c))] = float(hits.mean())
-        if (rows & cascade).any():
-            out[_cascade_key(task, symbol)] = float(exact[rows & cascade].mean())
-    return out
-
-
-def digit_accuracy(
-    got: list[str], problems: Problems, fmt: Format, fed: np.ndarray | None = None
-) -> dict[str, float]:
-    """Accuracy of each answer digit, ``digit_accuracy/<i>``, over the problems whose answer
-    has a digit i; positions count from the least significant digit (0: the ones), so they
-    align across answer lengths, as length-generalisation papers report them.
-
-    ``got`` is the decoded answer text; its digits are read in ``fmt``'s order (reversed
-    answers least significant first, carry traces every third character after the sign,
-    other formats from the right, spacing and sign aside), so a missing or extra digit in a
-    most-significant-first answer shows as wrong digits above it. The expected digits are
-    the problem's own (|answer|, so a sign error shows in exact match only). ``fed``: per row,
-    the characters at the start of its text that were fed in, not generated
-    (``format.mask_first_n``): their digits are not scored (a position no row generated is
-    left out).
-    """
-    width = int(problems.answer_len.max())
-    expected = problems.answer[:, ::-1][:, :width]  # (N, width), the ones digit first
-    predicted = np.full(expected.shape, -1, dtype=np.int16)
-    for row, text in enumerate(got):
-        if fed is not None and fed[row]:  # fed digits become a mark that is not scored
-            head = "".join(FED if c.isdigit() else c for c in text[: fed[row]])
-            text = head + text[fed[row] :]
-        digits = _digits_from_ones(text, fmt.config.name)[:width]
-        codes = np.frombuffer(digits.encode(), np.uint8).astype(np.int16)
-        predicted[row, : len(digits)] = codes - ord("0")  # any other character: not 0..9
-    present = np.arange(width)[None, :] < problems.answer_len[:, None]
-    present &= predicted != ord(FED) - ord("0")
-    hits = (predicted == expected) & present
-    return {
-        _digit_key(i): float(hits[:, i].sum() / present[:, i].sum())
-        for i in range(width)
-        if present[:, i].any()
-    }
-
-
-FED = "f"
-"""Stands for a fed digit in ``digit_accuracy``: no format writes it."""
-
-
-def _fed_chars(generated: np.ndarray, answers: Encoded, reference: Format, fmt: Format):
-    """Per row, the characters of its decoded answer that ``generate_ids`` fed in (the first
-    ``format.mask_first_n`` answer tokens of ``reference``), or None when nothing was fed."""
-    if not reference.config.mask_first_n:
-        return None
-    forced = np.minimum(reference.config.mask_first_n, answers.answer_len - 1)
-    return np.array([len(fmt.decode(row[:n])) for row, n in zip(generated, forced, strict=True)])
-
-
-def _digits_from_ones(text: str, format_name: str) -> str:
-    """The digits of an answer text, least significant first: ``"6 912"`` -> ``"2196"``;
-    reversed ``"2196"`` -> ``"2196"``; carry_trace ``"+501302"`` -> ``"53"``."""
-    text = "".join(text.split())
-    if format_name == "carry_trace":  # the answer follows a division or sign trace's last comma
-        return text.rsplit(",", 1)[-1].lstrip("+-")[0::3]
-    text = text.lstrip("+-")
-    return text if format_name == "reversed" else text[::-1]

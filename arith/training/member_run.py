@@ -16,7 +16,7 @@ from arith.data import length_grid
 from arith.data.batches import BatchSource
 from arith.data.dataset import Dataset
 from arith.evaluation import length_probe
-from arith.evaluation.evaluate import evaluate_set, exact_rows
+from arith.evaluation.evaluate import evaluate_members, evaluate_set, exact_rows
 from arith.training import checkpoint as ckpt
 from arith.training.diagnostics import RunDiagnostics, overlap_metrics
 from arith.training.hardware import Throughput
@@ -93,9 +93,11 @@ def evaluate_member(
     elapsed: Callable[[], float],
     device,
     model_dir: Path | None,
+    measured: dict[str, float] | None = None,
 ) -> None:
     """Evaluate one member, update its stopping state and keep the metrics to report; at its
-    end, measure the final sets on its chosen weights and save them to ``model_dir``."""
+    end, measure the final sets on its chosen weights and save them to ``model_dir``.
+    ``measured``: what ``measure_together`` measured of it already."""
     tc = m.config.train
     loss = m.take_loss()  # first: a divergence found here makes this the member's end
     last = m.at_end(step)
@@ -104,7 +106,7 @@ def evaluate_member(
     if loss is not None:
         metrics["train/loss"] = loss
     metrics.update(m.meter.pop())
-    metrics.update(_evaluate(model, m.dataset, device, m.train_sample, final=last))
+    metrics.update(step_metrics(model, m.dataset, device, m.train_sample, measured or {}))
     metrics["time/elapsed_s"] = elapsed()
     state = m.state
     if m.stop == "max_steps":
@@ -136,7 +138,7 @@ def finish_member(m: MemberRun, model, step: int, device, model_dir: Path | None
     if state.best_weights is not None and state.best_step != step:
         last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
         model.load_state_dict(state.best_weights)  # test what the monitor chose
-        m.metrics.update(_evaluate(model, m.dataset, device, m.train_sample, final=True))
+        m.metrics.update(step_metrics(model, m.dataset, device, m.train_sample, {}))
     state.final_weights = "best" if state.best_weights is not None else "last"
     weights_step = state.best_step if state.best_weights is not None else step
     m.metrics.update(_final_sets(model, m.dataset, device))
@@ -191,15 +193,54 @@ def _epoch(step: int, tc: TrainConfig, dataset: Dataset) -> float:
     return step * tc.batch_size / len(dataset.train_pool)
 
 
-def _evaluate(model, dataset: Dataset, device, train_sample, final: bool) -> dict[str, float]:
+def step_metrics(model, dataset: Dataset, device, train_sample, measured: dict) -> dict[str, float]:
+    """The training sample's two numbers and the validation set's metrics, but what
+    ``measured`` holds already."""
     out: dict[str, float] = {}
-    # the training sample reports two numbers: no breakdowns, no text metrics
-    train_metrics = evaluate_set(model, dataset.format, train_sample, device, breakdowns=False)
-    out["train/exact_match"] = train_metrics["exact_match"]
-    out["train/token_accuracy"] = train_metrics["token_accuracy"]
-    for key, value in evaluate_set(model, dataset.format, dataset.eval_sets["val"], device).items():
-        out[f"val/{key}"] = value
+    if TRAIN_KEYS[0] in measured:
+        out.update({key: measured[key] for key in TRAIN_KEYS})
+    else:  # the training sample reports two numbers: no breakdowns, no text metrics
+        train = evaluate_set(model, dataset.format, train_sample, device, breakdowns=False)
+        out.update({key: train[key.removeprefix("train/")] for key in TRAIN_KEYS})
+    if "val/exact_match" in measured:
+        out.update({k: v for k, v in measured.items() if k.startswith("val/")})
+    else:
+        val = evaluate_set(model, dataset.format, dataset.eval_sets["val"], device)
+        out.update({f"val/{key}": value for key, value in val.items()})
     return out
+
+
+TRAIN_KEYS = ("train/exact_match", "train/token_accuracy")
+
+
+def measure_together(packed, members: list[MemberRun], due: list[int], device) -> dict[int, dict]:
+    """The evaluation metrics of a pack's due members measured through the packed model, every
+    member's decoding in one batch (``evaluate_members``): for the members that share their
+    validation set (one dataset), and their training sample where they share it too (one
+    data seed and ``train_eval_size``). Only where at least half the pack shares it, as every
+    member is decoded. ``{member: metrics}``; a member left out is measured alone."""
+    shared = [i for i in due if members[i].dataset is members[due[0]].dataset]
+    if packed.members == 1 or len(shared) < 2 or 2 * len(shared) < packed.members:
+        return {}
+    first = members[shared[0]]
+    fmt = first.dataset.format
+    val = evaluate_members(packed, fmt, first.dataset.eval_sets["val"], device)
+    out = {i: {f"val/{key}": value for key, value in val[i].items()} for i in shared}
+    # training samples: drawn per data seed; the largest group sharing one decodes together
+    keys = [_sample_key(members[i]) for i in shared]
+    common = max(set(keys), key=keys.count)
+    same_sample = [i for i, key in zip(shared, keys, strict=True) if key == common]
+    if len(same_sample) >= 2 and 2 * len(same_sample) >= packed.members:
+        sample = members[same_sample[0]].train_sample
+        train = evaluate_members(packed, fmt, sample, device, breakdowns=False)
+        for i in same_sample:
+            out[i].update({key: train[i][key.removeprefix("train/")] for key in TRAIN_KEYS})
+    return out
+
+
+def _sample_key(m: MemberRun) -> tuple[int, int]:
+    """What draws a member's training sample from its dataset (``trainer._train_eval_sample``)."""
+    return m.config.data.resolved_seed(m.config.train.seed), m.config.train.train_eval_size
 
 
 def _final_sets(model, dataset: Dataset, device) -> dict[str, float]:

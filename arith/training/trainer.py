@@ -51,7 +51,7 @@ from arith.training.hardware import (
     pick_device,
     synchronize,
 )
-from arith.training.member_run import MemberRun, evaluate_member, summarise
+from arith.training.member_run import MemberRun, evaluate_member, measure_together, summarise
 from arith.training.optim import PackedAdamW
 from arith.training.packing import check_packable
 from arith.training.prefetch import BatchProducer
@@ -191,7 +191,7 @@ def train_pack(
     first = configs[0].train
     start_time = time.perf_counter()
     device = pick_device(first.device)
-    members, model = _build_pack(configs, device)
+    members, model = build_pack(configs, device)
     views = model.member_views()  # each member as a model of its own, for its evaluations
     optimizer = PackedAdamW(model, [c.optim for c in configs], [m.max_steps for m in members])
     autocast = autocast_for(device, first.precision)
@@ -217,12 +217,12 @@ def train_pack(
             if due and stepped:  # the steps end when the device has run them, not when queued
                 _wait_for_steps(device, [members[i] for i in stepped])
                 stepped = []
-            for i in due:
-                member_dir = None
-                if checkpoint_dir is not None:
-                    member_dir = ckpt.member_dir(checkpoint_dir, i, len(members))
-                m, lr = members[i], optimizer.lr(i)
-                evaluate_member(m, views[i], step, lr, elapsed, device, member_dir)
+            with autocast:  # evaluated in the precision it trains in (its hardware.precision)
+                measured = measure_together(model, members, due, device)
+                for i in due:
+                    folder = checkpoint_dir and ckpt.member_dir(checkpoint_dir, i, len(members))
+                    lr, done = optimizer.lr(i), measured.get(i)
+                    evaluate_member(members[i], views[i], step, lr, elapsed, device, folder, done)
             if checkpoint_dir is not None and due:
                 position = batches.position()
                 _save(checkpoint_dir, configs, model, optimizer, members, position, step, elapsed())
@@ -284,7 +284,7 @@ def _member_loss_sums(logits, targets, mask, n_members: int) -> torch.Tensor:
     return (losses.view(n_members, -1) * mask.reshape(n_members, -1)).sum(1)
 
 
-def _build_pack(configs: list[RunConfig], device) -> tuple[list[MemberRun], model_lib.GPT]:
+def build_pack(configs: list[RunConfig], device) -> tuple[list[MemberRun], model_lib.GPT]:
     """Each member's run and model, built as if it trained alone, and the models stacked."""
     # members of one data seed share its dataset (and, with a training pool, its diagnostics)
     shared: dict[tuple, Any] = {}
@@ -390,8 +390,8 @@ def _total_steps(config: RunConfig, dataset: Dataset) -> int:
 
 
 def _train_eval_sample(dataset: Dataset, config: RunConfig, tc: TrainConfig):
-    """A fixed sample of training problems, decoded at each evaluation for train exact match."""
-    rng = np.random.default_rng([tc.seed, STREAM_TRAIN_SAMPLE])
+    """Training problems decoded at each evaluation; from the data seed: one per split."""
+    rng = np.random.default_rng([config.data.resolved_seed(tc.seed), STREAM_TRAIN_SAMPLE])
     pool = dataset.train_pool
     if pool is None:
         return sample_split(

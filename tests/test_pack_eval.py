@@ -1,0 +1,89 @@
+"""A pack's members evaluated together: one batch through the packed model gives each member
+what it measures alone (issue 32: pack members decoded in one batch)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_pack import MEMBERS, assert_same_curves, run_pack, tiny
+
+from arith.evaluation import decode
+from arith.evaluation.evaluate import evaluate_members, evaluate_set
+from arith.training import member_run
+from arith.training.trainer import build_pack, train
+
+DEVICE = torch.device("cpu")
+
+
+@pytest.mark.parametrize("task", [["format.mask_first_n=1"], ["task.name=multi_op"]])
+def test_members_decoded_together_measure_what_each_measures_alone(task, monkeypatch):
+    # a packed decoding batch of 3 rows per member: the members' blocks must not mix across
+    # chunks; prompts of several lengths and fed answer tokens (mask_first_n) must line up
+    monkeypatch.setattr(decode, "PACK_ROWS", 9)
+    configs = [tiny(*m, "data.seed=0", "data.val_size=40", *task) for m in MEMBERS]
+    members, packed = build_pack(configs, DEVICE)
+    problems = members[0].dataset.eval_sets["val"]
+    fmt = members[0].dataset.format
+    together = evaluate_members(packed, fmt, problems, DEVICE)
+    alone = [evaluate_set(view, fmt, problems, DEVICE) for view in packed.member_views()]
+    for got, expected in zip(together, alone, strict=True):
+        assert list(got) == list(expected)  # the same metrics, in the same order
+        for key, value in expected.items():
+            assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    assert len({a["loss"] for a in alone}) == 3  # three different models were measured
+
+
+def test_a_model_of_one_member_is_measured_as_before():
+    (config,) = [tiny()]
+    members, model = build_pack([config], DEVICE)
+    problems = members[0].dataset.eval_sets["val"]
+    fmt = members[0].dataset.format
+    assert evaluate_members(model, fmt, problems, DEVICE) == [
+        evaluate_set(model, fmt, problems, DEVICE)
+    ]
+    with pytest.raises(ValueError, match="evaluate_members"):
+        evaluate_set(build_pack([config, config], DEVICE)[1], fmt, problems, DEVICE)
+
+
+def test_a_pack_of_one_dataset_is_measured_in_one_batch_and_trains_as_alone(monkeypatch):
+    """Three members of one data split: members 0 and 1 (training seeds 0 and 1) share their
+    validation set and training sample, decoded together; member 2 samples another number of
+    training problems (its sample measured alone). Each reports what it reports alone."""
+    calls = []
+    measure = member_run.measure_together
+
+    def counted(packed, members, due, device):
+        measured = measure(packed, members, due, device)
+        if due:
+            calls.append(measured)
+        return measured
+
+    monkeypatch.setattr("arith.training.trainer.measure_together", counted)
+    overrides = [["optim.lr=1e-3"], ["train.seed=1"], ["optim.lr=3e-3", "train.train_eval_size=8"]]
+    configs = [tiny(*m, "data.seed=0") for m in overrides]
+    _, reports = run_pack(configs)
+    assert calls and all(sorted(c) == [0, 1, 2] for c in calls)
+    assert all("train/exact_match" in c[0] and "train/exact_match" not in c[2] for c in calls)
+    for config, packed in zip(configs, reports, strict=True):
+        alone: list[dict] = []
+        train(config, alone.append)
+        assert_same_curves(packed, alone)
+        for p, a in zip(packed, alone, strict=True):
+            assert p["train/exact_match"] == a["train/exact_match"]
+            assert p["val/exact_match"] == a["val/exact_match"]
+
+
+def test_a_bf16_run_is_evaluated_in_bf16():
+    """What a run reports comes from the precision it trains in (its hardware.precision):
+    its first evaluation, on its initial weights, is the bf16 measurement of those weights."""
+    config = tiny("train.precision=bf16", "data.seed=0")
+    reports: list[dict] = []
+    summary = train(config, reports.append)
+    assert summary["hardware.precision"] == "bf16" and reports[0]["step"] == 0
+    members, model = build_pack([config], DEVICE)  # the same seed: the same initial weights
+    problems, fmt = members[0].dataset.eval_sets["val"], members[0].dataset.format
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = evaluate_set(model, fmt, problems, DEVICE)
+    fp32 = evaluate_set(model, fmt, problems, DEVICE)
+    assert reports[0]["val/loss"] == pytest.approx(bf16["loss"], rel=1e-6)
+    assert reports[0]["val/loss"] != pytest.approx(fp32["loss"], rel=1e-6)
