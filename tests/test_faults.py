@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -131,7 +132,12 @@ def test_worker_killed_in_a_pack(tmp_path):
                 return name, last["pid"]
         return None
 
+    temp_before = set(Path(tempfile.gettempdir()).glob("arith-pack-*"))
     victim, pid = _kill_a_worker_mid_run(tmp_path, uri, ["sweep.pack=4"], running_pack_at_step_20)
+    # the killed worker's working folder was in its trial's folder, and the finished sweep
+    # pruned it: nothing left behind in the system's temporary folder or in the outputs
+    assert set(Path(tempfile.gettempdir()).glob("arith-pack-*")) == temp_before
+    assert not list(experiment_dir.glob("*/arith-pack-*"))
 
     lines = result_lines(experiment_dir)
     assert list(lines) == [victim]  # one Tune trial: the pack

@@ -21,6 +21,8 @@ from sweeps.tracking.summary import RAY_KEY
 # train() marks its last report "done": 1, which Tune would take as "stop this trial now",
 # before the summary report; the checkpoint path is not a metric.
 _NOT_REPORTED = ("done", "checkpoint")
+PACK_SCRATCH = "arith-pack-"
+"""The prefix of a pack trial's working folder (its checkpoint before Tune copies it)."""
 
 
 def reportable(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +119,11 @@ def train_pack_trial(
     check_granted_gpu()
     members = packs[config[PACK_KEY]]
     run_configs = [resolve_run_config(base, m.point, derived) for m in members]
-    with tempfile.TemporaryDirectory(prefix="arith-pack-") as tmp:
+    # In the trial's folder, not the system's temporary one: a worker killed mid-run leaves it
+    # where the sweep's own files are (the end of the sweep prunes it), not in /tmp for good.
+    trial_dir = Path(tune.get_context().get_trial_dir())
+    scratch = trial_dir if trial_dir.is_dir() else None
+    with tempfile.TemporaryDirectory(prefix=PACK_SCRATCH, dir=scratch) as tmp:
         resume_from = None
         restored = tune.get_checkpoint()
         if restored is not None:
