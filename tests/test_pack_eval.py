@@ -73,9 +73,10 @@ def test_a_pack_of_one_dataset_is_measured_in_one_batch_and_trains_as_alone(monk
             assert p["val/exact_match"] == a["val/exact_match"]
 
 
-def test_a_bf16_run_is_evaluated_in_bf16():
-    """What a run reports comes from the precision it trains in (its hardware.precision):
-    its first evaluation, on its initial weights, is the bf16 measurement of those weights."""
+def test_a_bf16_run_is_evaluated_in_fp32():
+    """A run that trains in bf16 is measured in fp32 (bf16 decoding lowered the main job's test
+    exact match, 0.992 -> 0.989 for its chosen model): its first evaluation, on its initial
+    weights, is the fp32 measurement of those weights, not the bf16 one."""
     config = tiny("train.precision=bf16", "data.seed=0")
     reports: list[dict] = []
     summary = train(config, reports.append)
@@ -85,5 +86,5 @@ def test_a_bf16_run_is_evaluated_in_bf16():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         bf16 = evaluate_set(model, fmt, problems, DEVICE)
     fp32 = evaluate_set(model, fmt, problems, DEVICE)
-    assert reports[0]["val/loss"] == pytest.approx(bf16["loss"], rel=1e-6)
-    assert reports[0]["val/loss"] != pytest.approx(fp32["loss"], rel=1e-6)
+    assert reports[0]["val/loss"] == pytest.approx(fp32["loss"], rel=1e-6)
+    assert reports[0]["val/loss"] != pytest.approx(bf16["loss"], rel=1e-6)

@@ -217,12 +217,12 @@ def train_pack(
             if due and stepped:  # the steps end when the device has run them, not when queued
                 _wait_for_steps(device, [members[i] for i in stepped])
                 stepped = []
-            with autocast:  # evaluated in the precision it trains in (its hardware.precision)
-                measured = measure_together(model, members, due, device)
-                for i in due:
-                    folder = checkpoint_dir and ckpt.member_dir(checkpoint_dir, i, len(members))
-                    lr, done = optimizer.lr(i), measured.get(i)
-                    evaluate_member(members[i], views[i], step, lr, elapsed, device, folder, done)
+            # in fp32 whatever trains in bf16: bf16 decoding lost exact match (docs/changelog.md)
+            measured = measure_together(model, members, due, device)
+            for i in due:
+                folder = checkpoint_dir and ckpt.member_dir(checkpoint_dir, i, len(members))
+                lr, done = optimizer.lr(i), measured.get(i)
+                evaluate_member(members[i], views[i], step, lr, elapsed, device, folder, done)
             if checkpoint_dir is not None and due:
                 position = batches.position()
                 _save(checkpoint_dir, configs, model, optimizer, members, position, step, elapsed())
