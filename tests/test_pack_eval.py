@@ -63,7 +63,7 @@ def test_a_pack_of_one_dataset_is_measured_in_one_batch_and_trains_as_alone(monk
     configs = [tiny(*m, "data.seed=0") for m in overrides]
     _, reports = run_pack(configs)
     assert calls and all(sorted(c) == [0, 1, 2] for c in calls)
-    assert all("train/exact_match" in c[0] and "train/exact_match" not in c[2] for c in calls)
+    assert all("train" in c[0] and "train" not in c[2] for c in calls)
     for config, packed in zip(configs, reports, strict=True):
         alone: list[dict] = []
         train(config, alone.append)

@@ -50,6 +50,17 @@ PACK_ROWS = 4096
 models runs as few kernels as one model while its activations stay the size of one batch."""
 
 
+def members_of(model: GPT) -> int:
+    """How many members ``model`` holds (1 for a model without the attribute: a test's stand-in)."""
+    return getattr(model, "members", 1)
+
+
+def rows_per_member(batch_size: int, members: int) -> int:
+    """Problems each member reads in one forward pass: ``batch_size`` for one model, within
+    ``PACK_ROWS`` in all for a pack."""
+    return batch_size if members == 1 else max(1, min(batch_size, PACK_ROWS // members))
+
+
 @torch.no_grad()
 def generate_ids(
     model: GPT,
@@ -73,7 +84,7 @@ def generate_ids(
     first in the row: greedy decoding then scores only what the model was trained to write.
     ``encoded`` and ``answers``: ``problems`` already encoded with ``fmt`` and ``reference``.
     """
-    if getattr(model, "members", 1) != 1:
+    if members_of(model) != 1:
         raise ValueError("generate_ids decodes one model: a pack's members use generate_member_ids")
     return generate_member_ids(
         model,
@@ -108,8 +119,8 @@ def generate_member_ids(
     if answers is None:
         answers = encoded if reference is fmt else reference.encode(problems)
     limit = max_new_tokens or int(answers.answer_len.max()) + 1
-    members = getattr(model, "members", 1)
-    chunk_rows = batch_size if members == 1 else max(1, min(batch_size, PACK_ROWS // members))
+    members = members_of(model)
+    chunk_rows = rows_per_member(batch_size, members)
     # EOS is always the model's own: a row whose mask covers its whole answer still must end
     forced = np.minimum(reference.config.mask_first_n, answers.answer_len - 1)
     generated = np.empty((members, len(problems), limit), dtype=np.int64)

@@ -20,7 +20,12 @@ from arith.evaluation.breakdowns import (  # noqa: F401 -- callers' old address
     reports_normalised,
     set_metric_names,
 )
-from arith.evaluation.decode import PACK_ROWS, generate_ids, generate_member_ids
+from arith.evaluation.decode import (
+    generate_ids,
+    generate_member_ids,
+    members_of,
+    rows_per_member,
+)
 from arith.evaluation.decode import greedy_decode as greedy_decode  # callers' old address
 from arith.evaluation.decode import predict_answers as predict_answers
 from arith.model.gpt import GPT
@@ -108,8 +113,8 @@ def teacher_forced_members(
     of rows (the same problems in each); read from the device once, at the end."""
     encoded = encoded if encoded is not None else fmt.encode(problems)
     loss_mask = encoded.loss_mask(fmt.config.mask_first_n)
-    members = getattr(model, "members", 1)
-    chunk_rows = batch_size if members == 1 else max(1, min(batch_size, PACK_ROWS // members))
+    members = members_of(model)
+    chunk_rows = rows_per_member(batch_size, members)
     total_loss = torch.zeros(members, device=device, dtype=torch.float64)
     correct = torch.zeros(members, device=device, dtype=torch.long)
     count = int(loss_mask.sum())  # the same tokens for every member
@@ -151,7 +156,7 @@ def evaluate_set(
     ``breakdowns=False`` measures ``exact_match`` and, where ``reference`` is ``fmt``, ``loss``
     and ``token_accuracy`` only: the training sample reports no more (``member_run``).
     """
-    if getattr(model, "members", 1) != 1:
+    if members_of(model) != 1:
         raise ValueError("evaluate_set measures one model: a pack's members use evaluate_members")
     return evaluate_members(
         model, fmt, problems, device, reference, batch_size, breakdowns=breakdowns
@@ -187,7 +192,7 @@ def evaluate_members(
         encoded=encoded,
         answers=answers,
     )
-    forced = [{}] * getattr(model, "members", 1)
+    forced = [{}] * members_of(model)
     if reference is fmt:
         forced = teacher_forced_members(model, fmt, problems, device, batch_size, encoded)
     expected = answer_ids(reference, problems, answers)

@@ -194,38 +194,37 @@ def _epoch(step: int, tc: TrainConfig, dataset: Dataset) -> float:
 
 
 def step_metrics(model, dataset: Dataset, device, train_sample, measured: dict) -> dict[str, float]:
-    """The training sample's two numbers and the validation set's metrics, but what
-    ``measured`` holds already."""
-    out: dict[str, float] = {}
-    if TRAIN_KEYS[0] in measured:
-        out.update({key: measured[key] for key in TRAIN_KEYS})
-    else:  # the training sample reports two numbers: no breakdowns, no text metrics
-        train = evaluate_set(model, dataset.format, train_sample, device, breakdowns=False)
-        out.update({key: train[key.removeprefix("train/")] for key in TRAIN_KEYS})
-    if "val/exact_match" in measured:
-        out.update({k: v for k, v in measured.items() if k.startswith("val/")})
-    else:
-        val = evaluate_set(model, dataset.format, dataset.eval_sets["val"], device)
-        out.update({f"val/{key}": value for key, value in val.items()})
+    """The training sample's two numbers and the validation set's metrics; ``measured``: what
+    ``measure_together`` measured of them already (``{"train": ..., "val": ...}``)."""
+    # the training sample reports two numbers: no breakdowns, no text metrics
+    train = measured.get("train") or evaluate_set(
+        model, dataset.format, train_sample, device, breakdowns=False
+    )
+    val = measured.get("val") or evaluate_set(
+        model, dataset.format, dataset.eval_sets["val"], device
+    )
+    out = {
+        "train/exact_match": train["exact_match"],
+        "train/token_accuracy": train["token_accuracy"],
+    }
+    out.update({f"val/{key}": value for key, value in val.items()})
     return out
 
 
-TRAIN_KEYS = ("train/exact_match", "train/token_accuracy")
-
-
 def measure_together(packed, members: list[MemberRun], due: list[int], device) -> dict[int, dict]:
-    """The evaluation metrics of a pack's due members measured through the packed model, every
-    member's decoding in one batch (``evaluate_members``): for the members that share their
-    validation set (one dataset), and their training sample where they share it too (one
-    data seed and ``train_eval_size``). Only where at least half the pack shares it, as every
-    member is decoded. ``{member: metrics}``; a member left out is measured alone."""
+    """What ``step_metrics`` measures of a pack's due members, through the packed model, every
+    member's decoding in one batch (``evaluate_members``): the validation set of the members
+    that share it (one dataset), and their training sample where they share it too (one data
+    seed and ``train_eval_size``). Only where at least half the pack shares it, as every member
+    is decoded. ``{member: {"val": metrics, "train": metrics}}``, either part left out where
+    the member is measured alone."""
     shared = [i for i in due if members[i].dataset is members[due[0]].dataset]
     if packed.members == 1 or len(shared) < 2 or 2 * len(shared) < packed.members:
         return {}
     first = members[shared[0]]
     fmt = first.dataset.format
     val = evaluate_members(packed, fmt, first.dataset.eval_sets["val"], device)
-    out = {i: {f"val/{key}": value for key, value in val[i].items()} for i in shared}
+    out = {i: {"val": val[i]} for i in shared}
     # training samples: drawn per data seed; the largest group sharing one decodes together
     keys = [_sample_key(members[i]) for i in shared]
     common = max(set(keys), key=keys.count)
@@ -234,7 +233,7 @@ def measure_together(packed, members: list[MemberRun], due: list[int], device) -
         sample = members[same_sample[0]].train_sample
         train = evaluate_members(packed, fmt, sample, device, breakdowns=False)
         for i in same_sample:
-            out[i].update({key: train[i][key.removeprefix("train/")] for key in TRAIN_KEYS})
+            out[i]["train"] = train[i]
     return out
 
 
