@@ -132,19 +132,31 @@ class LocalCluster:
         for temp_dir in self.temp_dirs:  # Ray's session logs; the test's tmp_path keeps its own
             shutil.rmtree(temp_dir, ignore_errors=True)
 
-    def node_ids(self) -> dict[int, str]:
-        """pid -> node id of every trial actor that ran on the cluster (alive or dead)."""
+    def node_ids(self, pids: set[int], wait_s: float = 30.0) -> dict[int, str]:
+        """pid -> node id of the worker processes ``pids`` (alive or dead), from Ray's state
+        API: its trial actors, and its workers where an actor's record lacks one (one CI run
+        once missed a trial's pid in the actor list right after the sweep; its records are
+        gathered asynchronously, so this asks again until every pid is known or ``wait_s``
+        passes)."""
         code = (
-            "from ray.util.state import list_actors\n"
-            f"acts = list_actors(address={self.dashboard!r}, detail=True, limit=10000,"
-            " filters=[('class_name', '=', 'ImplicitFunc')])\n"
-            "print({a.pid: a.node_id for a in acts})\n"
+            "from ray.util.state import list_actors, list_workers\n"
+            f"kw = dict(address={self.dashboard!r}, detail=True, limit=10000)\n"
+            "found = {w.pid: w.node_id for w in list_workers(**kw)}\n"
+            "acts = list_actors(filters=[('class_name', '=', 'ImplicitFunc')], **kw)\n"
+            "found |= {a.pid: a.node_id for a in acts if a.pid}\n"
+            "print(found)\n"
         )
-        out = subprocess.run(
-            [sys.executable, "-c", code], env=self.env, capture_output=True, text=True, timeout=60
-        )
-        assert out.returncode == 0, out.stderr[-2000:]
-        return yaml.safe_load(out.stdout.strip().splitlines()[-1])
+        deadline = time.monotonic() + wait_s
+        while True:
+            out = subprocess.run(
+                [sys.executable, "-c", code], env=self.env, capture_output=True, text=True,
+                timeout=60,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr[-2000:]
+            found = yaml.safe_load(out.stdout.strip().splitlines()[-1])
+            if pids <= set(found) or time.monotonic() > deadline:
+                return found
+            time.sleep(2)
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +213,8 @@ def test_trials_land_on_both_nodes(cluster, tmp_path):
     for result_file in (storage / "smoke").glob("*/result.json"):
         pids |= {yaml.safe_load(line)["pid"] for line in result_file.read_text().splitlines()}
     assert len(list((storage / "smoke").glob("*/result.json"))) == 4
-    node_of = cluster.node_ids()
+    node_of = cluster.node_ids(pids)
+    assert pids <= set(node_of), f"pids Ray's state API does not know: {pids - set(node_of)}"
     nodes = {node_of[pid] for pid in pids}
     print(f"trials ran in {len(pids)} processes on {len(nodes)} nodes: {sorted(nodes)}")
     assert len(nodes) >= 2
