@@ -1,18 +1,20 @@
 """``python -m sweeps.bench --gpu``: the GPU acceptance run, at most about 10 minutes on one
 CUDA card, in three parts:
 
-1. the CUDA correctness tests (``pytest -m cuda tests/test_cuda.py``): bf16 logits against
-   fp32, a pack against its members trained alone, cached decoding, a resumed run;
+1. the CUDA correctness tests (``pytest -m cuda`` on ``CUDA_TESTS``): bf16 logits against
+   fp32, a pack against its members trained alone, cached decoding, a resumed run, no
+   synchronising call inside a step (``torch.cuda.set_sync_debug_mode("error")``), the GPU's
+   hardware record;
 2. throughput at 100K, 1M and 10M parameters with 1, 16 and 64 members: trials per hour packed
    against unpacked (``sweeps.bench_pack.run_pack_bench``, in the precision ``auto`` gives, bf16
-   where the card has it), and each pack's MFU against the card's bf16 peak
-   (``arith.training.hardware.gpu_peak_flops``; from the estimated training FLOPs, so the
-   evaluations count as time and not as work);
+   where the card has it; the unpacked side timed on ``UNPACKED_SAMPLE`` of the members), and
+   each pack's MFU against the card's bf16 peak (``arith.training.hardware.gpu_peak_flops``;
+   from the estimated training FLOPs, so the evaluations count as time and not as work);
 3. the main job (``search_spaces/width_vs_depth.yaml``, its shipped ``gpu: auto``) through
    ``python -m sweeps.run``, cut at the time left (``sweep.time_budget_s``).
 
-Without CUDA it says so in one line and exits 0. Written on a machine without a GPU: the CUDA
-path has not been run here (tests/test_gpu_bench.py checks the one line without CUDA)."""
+Without CUDA it says so in one line and exits 0 (tests/test_gpu_bench.py). Its parts ran on an
+NVIDIA H200, without Ray and MLflow for part 3 (the machine had neither): docs/gpu.md."""
 
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ GPU_PACKS = [1, 16, 64]
 # Steps per trial in the throughput part: enough to pass the first steps' warm-up, few enough
 # that 3 sizes x (1 + 16 + 64) trials, unpacked and packed, fit the run's 10 minutes.
 GPU_STEPS = 30
+# On an H200, 64 unpacked 10M trials took over 170 s alone; their rate from 8 of them.
+UNPACKED_SAMPLE = 8
+CUDA_TESTS = ["tests/test_cuda.py", "tests/test_host_reads.py", "tests/test_hardware_params.py"]
 TOTAL_S = 600.0
 MAIN_JOB_MIN_S = 60.0
 
@@ -55,9 +60,9 @@ def gpu_main() -> int:
 
 
 def run_cuda_tests() -> bool:
-    """Part 1: ``pytest -m cuda tests/test_cuda.py``; True when it passed."""
-    print("\n1. CUDA correctness (pytest -m cuda tests/test_cuda.py)", flush=True)
-    command = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "tests/test_cuda.py"]
+    """Part 1: ``pytest -m cuda`` on ``CUDA_TESTS``; True when it passed."""
+    print(f"\n1. CUDA correctness (pytest -m cuda {' '.join(CUDA_TESTS)})", flush=True)
+    command = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", *CUDA_TESTS]
     return subprocess.run(command, cwd=ROOT, check=False).returncode == 0
 
 
@@ -68,9 +73,13 @@ def throughput(device_name: str) -> list[dict]:
     from sweeps.bench_pack import pack_configs, run_pack_bench
 
     peak = gpu_peak_flops(device_name)
-    print(f"\n2. throughput, {GPU_STEPS} steps per trial; trials per hour:", flush=True)
+    print(
+        f"\n2. throughput, {GPU_STEPS} steps per trial (unpacked: {UNPACKED_SAMPLE} of the"
+        " members timed); trials per hour:",
+        flush=True,
+    )
     print(f"{'size':>5} {'n_params':>9} {'pack':>5} {'unpacked':>14} {'packed':>14} {'ratio':>6}")
-    rows = run_pack_bench(GPU_SIZES, GPU_PACKS, GPU_STEPS, "cuda")
+    rows = run_pack_bench(GPU_SIZES, GPU_PACKS, GPU_STEPS, "cuda", UNPACKED_SAMPLE)
     what = f"{peak:.3g} FLOP/s, bf16" if peak else "unknown for this card"
     print(f"MFU of the packed side, against the card's peak ({what}):")
     for row in rows:

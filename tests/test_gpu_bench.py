@@ -40,3 +40,10 @@ def test_the_main_job_is_the_flagship():
     from sweeps.bench import FLAGSHIP
 
     assert bench_gpu.MAIN_JOB == FLAGSHIP
+
+
+def test_the_unpacked_side_can_be_timed_on_a_sample_of_the_members():
+    from sweeps.bench_pack import run_pack_bench
+
+    (row,) = run_pack_bench(["1k"], [4], 2, "cpu", unpacked_sample=2)
+    assert row["pack"] == 4 and row["unpacked_trials_per_h"] > 0 and row["ratio"] > 0

@@ -57,6 +57,7 @@ def test_the_precision_recorded_is_the_resolved_one(precision, resolved):
     assert hardware_record(torch.device("cpu"), precision)["hardware.precision"] == resolved
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="a GPU's record is checked on a GPU")
 def test_a_gpus_record_names_its_index_and_its_card():
     record = hardware_record(torch.device("cuda"), "auto")

@@ -118,6 +118,7 @@ def test_no_step_reads_a_tensor_back_on_the_host(case, monkeypatch):
     assert counter.reads == Counter(), dict(counter.reads)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(
     not torch.cuda.is_available(), reason="the CUDA path (no synchronising call) runs on a GPU only"
 )
