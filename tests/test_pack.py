@@ -89,15 +89,16 @@ def test_members_drop_out_at_their_own_rates():
 def test_members_of_one_data_seed_share_one_dataset(monkeypatch):
     """One build per data seed in a pack: members 0 and 2 (data.seed 1) share theirs, member 1
     (data.seed 0) gets its own split, and each still trains as it would alone."""
-    from arith.training import trainer
+    from arith.data import recent
 
-    built, build = [], trainer.build_dataset
+    built, build = [], recent.build_dataset
 
     def counted(*args):
         built.append(build(*args))
         return built[-1]
 
-    monkeypatch.setattr(trainer, "build_dataset", counted)
+    monkeypatch.setattr(recent, "build_dataset", counted)
+    monkeypatch.setattr(recent, "_recent", {})  # no split kept from an earlier test
     configs = [tiny(*m, f"data.seed={seed}") for m, seed in zip(MEMBERS, (1, 0, 1), strict=True)]
     _, reports = run_pack(configs)
     assert len(built) == 2

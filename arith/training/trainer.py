@@ -30,10 +30,10 @@ from arith.data.dataset import (
     DATA_METRICS,
     STREAM_TRAIN_SAMPLE,
     Dataset,
-    build_dataset,
     dataset_key,
     sample_split,
 )
+from arith.data.recent import recent_dataset
 from arith.errors import ConfigError
 from arith.evaluation.evaluate import set_metric_names
 from arith.model import gpt as model_lib
@@ -299,7 +299,7 @@ def _build_member(
     tc = config.train
     key = dataset_key(config.task, config.format, config.data, tc.seed)
     if key not in shared:
-        shared[key] = build_dataset(config.task, config.format, config.data, tc.seed)
+        shared[key] = recent_dataset(config.task, config.format, config.data, tc.seed)
     dataset = shared[key]
     torch.manual_seed(tc.seed)
     model = build_model(config, dataset).to(device)
