@@ -435,12 +435,17 @@ def test_multi_op_check_reads_the_size_ladder_and_the_one_model_bar():
     assert sentences[3] == "* reaches 50.0 % first at 100,000 parameters."
     # chosen on validation: the 100K model, whose test figures all clear 99 %
     assert sentences[4].startswith("The best trial on validation (100,000 parameters)")
-    assert sentences[4].endswith("each of + - // % >= 99.0 %: **met**.")
+    assert "each of + - // % >= 99.0 %: **met**." in sentences[4]
+    assert sentences[4].endswith("With * (55.0 %), all five >= 99.0 %: **not met**.")
     trials.loc[1, "test/exact_match/sub"] = 0.98
     trials["test/exact_match/mul"] = 0.1
     sentences = CLAIMS["multi_op"].check({"main": trials})
     assert sentences[3] == "* stays below 50.0 % up to 400,000 parameters (the ladder's top)."
-    assert sentences[4].endswith("**not met**.")
+    assert "each of + - // % >= 99.0 %: **not met**." in sentences[4]
+    trials["test/exact_match/mul"] = 0.995
+    trials.loc[1, "test/exact_match/sub"] = 0.995
+    sentences = CLAIMS["multi_op"].check({"main": trials})
+    assert sentences[4].endswith("With * (99.5 %), all five >= 99.0 %: **met**.")
 
 
 def test_grokfast_check_reads_the_speed_up_against_its_bar():
