@@ -34,8 +34,10 @@ from sweep_procs import error_lines
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 BIN = Path(sys.executable).parent
-# Two trials of 10 steps each keep the cluster tests short; one trial per node at a time.
+# Short trials keep the cluster tests short, one trial per node at a time; SPREAD makes them
+# long enough (a few seconds) that a second worker starts before the first has run them all.
 SMALL = ["--set", "base.train.max_steps=10", "--set", "base.train.eval_every=5"]
+SPREAD = ["--set", "base.train.max_steps=800", "--set", "base.train.eval_every=400"]
 
 pytestmark = pytest.mark.slow
 
@@ -199,7 +201,7 @@ def test_trials_land_on_both_nodes(cluster, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     storage = tmp_path / "storage"
     result = run_module(
-        "sweeps.run", str(SMOKE), *SMALL, "--address", cluster.address,
+        "sweeps.run", str(SMOKE), *SPREAD, "--address", cluster.address,
         "--storage", str(storage), "--storage-shared", "--out", str(tmp_path / "out"),
         "--tracking-uri", uri, env=cluster.env, cwd=tmp_path,
     )  # fmt: skip
