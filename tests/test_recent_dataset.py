@@ -44,7 +44,8 @@ def test_a_run_with_the_kept_dataset_reports_what_a_fresh_one_does():
     assert list(recent._recent.values()) == [kept]  # both ran on the kept dataset
     recent._recent.clear()
     rebuilt = train(cfg)
-    assert recent._recent[next(iter(recent._recent))] is not kept
+    (rebuilt_dataset,) = recent._recent.values()
+    assert rebuilt_dataset is not kept
     for key in (
         "val/exact_match",
         "test/exact_match",

@@ -10,13 +10,15 @@ after ``build_dataset`` returns, so sharing one changes no figure."""
 
 from __future__ import annotations
 
-from arith.data.dataset import Dataset, build_dataset, dataset_key
+from arith.data.dataset import DataConfig, Dataset, build_dataset, dataset_key
+from arith.problems.tasks import TaskConfig
+from arith.text.formats import FormatConfig
 
 # one entry: enough for runs of one split in a row, and a worker never holds two datasets
 _recent: dict[tuple, Dataset] = {}
 
 
-def recent_dataset(task, fmt, data, seed: int) -> Dataset:
+def recent_dataset(task: TaskConfig, fmt: FormatConfig, data: DataConfig, seed: int) -> Dataset:
     """``build_dataset(task, fmt, data, seed)``, or the same object when the last call here
     asked for the same split (``dataset_key``)."""
     key = dataset_key(task, fmt, data, seed)
