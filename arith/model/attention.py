@@ -47,7 +47,10 @@ def attention(
             scores = scores.masked_fill(~causal_mask(T, t_past, q.device), float("-inf"))
         else:
             scores = scores + bias
-        weights = member_dropout(scores.softmax(dim=-1), rates, training=True)
+        # the softmax in fp32, as CUDA's autocast does: on CPU its bf16 kernel is ~3x slower
+        # than converting there and back (docs/notes/kernels.md), and less exact
+        weights = scores.softmax(dim=-1, dtype=torch.float32).to(scores.dtype)
+        weights = member_dropout(weights, rates, training=True)
         y = weights @ v
         return y if relative_values is None else y + relative_values(weights)
     # the fused kernel, with the cheapest mask that says which keys a query sees

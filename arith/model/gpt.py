@@ -322,8 +322,10 @@ class GPT(nn.Module):
         cache: KVCache | None = None,
         abacus_offset: Tensor | None = None,
         reserve: int = 0,
+        picks: Tensor | None = None,
     ) -> tuple[Tensor, KVCache]:
-        """Logits (B, T, vocab) for tokens ``idx`` (B, T) following the cached prefix, if any.
+        """Logits (B, T, vocab) for tokens ``idx`` (B, T) following the cached prefix, if any;
+        with ``picks`` (M, n), each member's at those of its b * T tokens only, (M, n, vocab).
 
         With several members, rows ``i*B/M .. (i+1)*B/M`` belong to member ``i``.
         ``abacus_offset`` (B,) shifts digit indices during training; evaluation passes ``None``.
@@ -341,10 +343,13 @@ class GPT(nn.Module):
                 x = x + embedded
             x = block(x, rope, cache, layer, self.dropout_rates, differences)
         cache.length += T
+        x = x.flatten(1, 2)  # (M, b * T, C)
+        if picks is not None:  # training: the tokens the loss keeps (the answer's)
+            x = x.gather(1, picks[..., None].expand(-1, -1, x.shape[-1]))
         x = self.ln_f(x)
         head = self.wte.weight if self.lm_head is None else self.lm_head.weight  # (M, vocab, C)
-        logits = torch.bmm(x.flatten(1, 2), head.transpose(1, 2))  # (M, b * T, vocab)
-        return logits.view(B, T, self.vocab_size), cache
+        logits = torch.bmm(x, head.transpose(1, 2))  # (M, b * T or n, vocab)
+        return (logits if picks is not None else logits.view(B, T, self.vocab_size)), cache
 
     def _positions(self, x: Tensor, idx: Tensor, cache: KVCache, abacus_offset: Tensor | None):
         """The position signal of ``model.position`` (arith.model.positions), worked out only for

@@ -4,6 +4,9 @@ A batch is drawn from the members' sources in the loop's order, so a run trains 
 it would get building each in turn; it is cut into length buckets on the host, from the host's
 own copy of the loss mask (no length is read back from the device), and on CUDA pinned, so that
 its copy to the device is queued without the host waiting. The queue holds ``DEPTH`` batches.
+
+The tokens the loss keeps (the answer's) are picked out on the host too (``answer_picks``): the
+model computes logits only there, not at the prompt's tokens whose loss is masked away.
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ Position = tuple[list[dict], list[torch.Tensor]]
 @dataclass(frozen=True)
 class StepBatch:
     """One training step's rows: the members' batches stacked, member 0's rows first, cut into
-    micro-batches of alike lengths, each ``(inputs, targets, loss_mask, abacus_offsets)`` (the
-    offsets None without Abacus positions)."""
+    micro-batches of alike lengths, each ``(inputs, picks, targets, weights, abacus_offsets)``:
+    ``picks`` (M, n) the tokens each member's loss keeps, as ``answer_picks`` gives them (None:
+    every token), ``targets`` and ``weights`` (the loss mask) at those tokens, (M, n); the
+    offsets None without Abacus positions."""
 
-    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]]
+    parts: list[tuple[torch.Tensor | None, ...]]
     token_counts: torch.Tensor
     """(M,) the tokens each member's loss keeps, at least 1."""
     rows: int
@@ -56,15 +61,21 @@ class StepBatch:
         return replace(self, parts=parts, token_counts=move(self.token_counts))
 
 
-def build_batch(members: list[MemberRun], n_buckets: int, pin: bool) -> StepBatch:
-    """The members' next batches as one step's, on the host (pinned where ``pin``)."""
+def build_batch(members: list[MemberRun], n_buckets: int, pin: bool, pick: bool) -> StepBatch:
+    """The members' next batches as one step's, on the host (pinned where ``pin``); ``pick``:
+    the loss's tokens picked out (else every token's logits are computed)."""
     inputs, targets, mask = pack_batch([m.batches for m in members], CPU)
     n_members = len(members)
     rows = inputs.shape[0] // n_members
     offsets = abacus_offsets(members, rows)
     parts, pack_tokens = [], 0
     for bucket, length in length_buckets(mask, n_members, n_buckets):
-        part = [inputs[bucket, :length], targets[bucket, :length], mask[bucket, :length]]
+        part_mask = mask[bucket, :length].reshape(n_members, -1)  # (M, rows * length)
+        part_targets = targets[bucket, :length].reshape(n_members, -1)
+        picks = answer_picks(part_mask) if pick else None
+        if picks is not None:
+            part_mask, part_targets = part_mask.gather(1, picks), part_targets.gather(1, picks)
+        part = [inputs[bucket, :length], picks, part_targets, part_mask]
         part.append(None if offsets is None else offsets[bucket])
         if pin:
             part = [None if t is None else t.contiguous().pin_memory() for t in part]
@@ -72,6 +83,15 @@ def build_batch(members: list[MemberRun], n_buckets: int, pin: bool) -> StepBatc
         pack_tokens += part[0].shape[0] * length
     counts = mask.reshape(n_members, -1).sum(1).clamp(min=1)
     return StepBatch(parts, counts, rows, pack_tokens, position(members))
+
+
+def answer_picks(mask: torch.Tensor) -> torch.Tensor:
+    """(M, n) where each member's loss mask (M, tokens) is not zero, in order, n the most any
+    member keeps (at least 1): a member with fewer is padded with tokens its mask zeroes."""
+    kept = mask != 0
+    n = max(1, int(kept.sum(1).max()))
+    # a stable sort of "dropped" puts the kept tokens first, in their order
+    return torch.argsort((~kept).to(torch.uint8), dim=1, stable=True)[:, :n]
 
 
 def length_buckets(mask: torch.Tensor, n_members: int, n_buckets: int):
@@ -118,9 +138,11 @@ class BatchProducer:
     end stops the thread (the loop returned or raised). An error building a batch is raised
     where the loop takes it."""
 
-    def __init__(self, members: list[MemberRun], n_buckets: int, device: torch.device) -> None:
+    def __init__(
+        self, members: list[MemberRun], n_buckets: int, device: torch.device, pick: bool = True
+    ) -> None:
         self.device = device
-        self._members, self._n_buckets = members, n_buckets
+        self._members, self._n_buckets, self._pick = members, n_buckets, pick
         self._position = position(members)
         self._queue: queue.Queue[StepBatch | BaseException] = queue.Queue(maxsize=DEPTH)
         self._stop = threading.Event()
@@ -131,7 +153,7 @@ class BatchProducer:
         pin = self.device.type == "cuda"
         try:
             while not self._stop.is_set():
-                self._queue.put(build_batch(self._members, self._n_buckets, pin))
+                self._queue.put(build_batch(self._members, self._n_buckets, pin, self._pick))
         except BaseException as error:  # handed to the loop, which raises it
             self._queue.put(error)
 

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from arith.data import length_grid, length_probe
 from arith.data.batches import BatchSource
@@ -51,6 +50,7 @@ from arith.training.hardware import (
     pick_device,
     synchronize,
 )
+from arith.training.loss import member_loss_sums
 from arith.training.member_run import MemberRun, evaluate_member, measure_together, summarise
 from arith.training.optim import PackedAdamW
 from arith.training.packing import check_packable
@@ -210,7 +210,8 @@ def train_pack(
         m.loss_sum = running[i]
     readout, stepped = LossReadout(device), []
     model.train()
-    with BatchProducer(members, first.length_buckets, device) as batches:
+    pick = not first.compile  # compiled: every token's logits (one shape for CUDA graphs)
+    with BatchProducer(members, first.length_buckets, device, pick) as batches:
         while True:
             # evaluate, checkpoint and report: each member on its own schedule
             due = [i for i, m in enumerate(members) if m.active and m.due(step)]
@@ -236,10 +237,10 @@ def train_pack(
             batch = batches.next()
             optimizer.zero_grad()
             loss_sums = torch.zeros(len(members), device=device)
-            for inputs, targets, mask, offset in batch.parts:
+            for inputs, picks, targets, weights, offset in batch.parts:
                 with autocast:
-                    logits, _ = forward(inputs, abacus_offset=offset)
-                sums = _member_loss_sums(logits, targets, mask, len(members))
+                    logits, _ = forward(inputs, abacus_offset=offset, picks=picks)
+                sums = member_loss_sums(logits, targets, weights)
                 loss_sums = loss_sums + sums.detach()
                 # the members share no parameter: each gets its own gradient
                 (sums / batch.token_counts).sum().backward()
@@ -275,13 +276,6 @@ def _wait_for_steps(device, stepped: list[MemberRun]) -> None:
     waited = time.perf_counter() - t0
     for m in stepped:
         m.meter.add(waited, 0, 0, 0)
-
-
-def _member_loss_sums(logits, targets, mask, n_members: int) -> torch.Tensor:
-    """Each member's summed cross-entropy over the tokens its loss mask keeps, (M,)."""
-    # (B*T, vocab) rows: the (B, vocab, T) layout takes a slower kernel and two copies
-    losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
-    return (losses.view(n_members, -1) * mask.reshape(n_members, -1)).sum(1)
 
 
 def build_pack(configs: list[RunConfig], device) -> tuple[list[MemberRun], model_lib.GPT]:
