@@ -125,6 +125,8 @@ def _space_section(
         kept = earlier.get(space)
         return kept_section(space, kept) if kept else not_run_section(claim)
     for key, (sweep, _) in sweeps.items():
+        if key != "main" and not has_run(sweep, results, uri):
+            continue  # a companion not run (yet): its check says so
         trials, tables, record, figure = collect_sweep(sweep, results, uri, claim.plot)
         frames[key] = trials
         parts.append((sweep, tables, record, figure))

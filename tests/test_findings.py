@@ -446,6 +446,29 @@ def test_multi_op_check_reads_the_size_ladder_and_the_one_model_bar():
     trials.loc[1, "test/exact_match/sub"] = 0.995
     sentences = CLAIMS["multi_op"].check({"main": trials})
     assert sentences[4].endswith("With * (99.5 %), all five >= 99.0 %: **met**.")
+    assert sentences[5] == "With format.mul_trace (the companion sweep multi_op_mul): **not run**."
+
+
+def test_multi_op_check_reads_the_mul_trace_companion_against_the_all_five_bar():
+    """The companion's best trial on validation against 99 % on each of the five, with what it
+    took (steps, training seconds)."""
+    names = [f"test/exact_match/{op}" for op in ["add", "sub", "mul", "floordiv", "mod"]]
+    ladder = pd.DataFrame(
+        [[30_000, 0.5, 1.0, 0.6, 0.0, 0.9, 0.8], [400_000, 0.9, 1.0, 0.999, 0.06, 0.999, 0.999]],
+        columns=["n_params", "val/exact_match", *names],
+    )
+    companion = pd.DataFrame(
+        [[441_344, 1.0, 6000, 1945.0, 1.0, 1.0, 1.0, 0.9967, 1.0]],
+        columns=["n_params", "val/exact_match", "steps", "wall_time_s", *names],
+    )
+    frames = {"main": ladder, "multi_op_mul": companion}
+    assert CLAIMS["multi_op"].check(frames)[-1] == (
+        "With format.mul_trace (multi_op_mul, 441,344 parameters, 6,000 steps, 1945 s of "
+        "training): add 100.0 %, sub 100.0 %, mul 100.0 %, floordiv 99.7 %, mod 100.0 %; "
+        "all five >= 99.0 %: **met**."
+    )
+    companion.loc[0, "test/exact_match/floordiv"] = 0.9867
+    assert CLAIMS["multi_op"].check(frames)[-1].endswith("all five >= 99.0 %: **not met**.")
 
 
 def test_grokfast_check_reads_the_speed_up_against_its_bar():

@@ -114,6 +114,16 @@ CLAIMS: dict[str, Claim] = {
             "early-stopped at 99 %; * is the hardest and needs the most parameters.",
             claims_generalisation.multi_op,
             plot="exact_match_by_op",  # each operation along the size ladder: where * emerges
+            companions={
+                # what * takes in the same one model: the trace, and time past the space's 15 min
+                claims_generalisation.MUL_TRACE_SWEEP: (
+                    f"sweep.name={claims_generalisation.MUL_TRACE_SWEEP}",
+                    "base.format.mul_trace=true",
+                    "base.train.max_steps=8000",
+                    "base.train.target=0.998",
+                    "space.model.d_model=[128]",
+                ),
+            },
         ),
         Claim(
             "optuna_lr",

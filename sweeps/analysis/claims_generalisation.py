@@ -217,10 +217,14 @@ ONE_MODEL_OPS, ONE_MODEL_BAR = ["add", "sub", "floordiv", "mod"], 0.99
 EMERGED = 0.5  # an operation "emerges" at the smallest size whose mean reaches this
 
 
+MUL_TRACE_SWEEP = "multi_op_mul"
+"""The companion sweep: the ladder's top with ``format.mul_trace`` and 8000 steps."""
+
+
 def multi_op(frames: Frames) -> list[str]:
     trials = frames["main"]
     if "n_params" in trials and trials["n_params"].nunique() > 1:
-        return _size_ladder(trials) + _one_model(trials)
+        return _size_ladder(trials) + _one_model(trials) + _with_mul_trace(frames)
     return _op_weights(trials)
 
 
@@ -261,6 +265,24 @@ def _one_model(trials: pd.DataFrame) -> list[str]:
         f"each of + - // % >= {pct(ONE_MODEL_BAR)}: {verdict_of(clears(ONE_MODEL_OPS))}. "
         f"With * ({pct(per['mul'])}), all five >= {pct(ONE_MODEL_BAR)}: "
         f"{verdict_of(clears(MULTI_OPS))}."
+    ]
+
+
+def _with_mul_trace(frames: Frames) -> list[str]:
+    """The companion's one model against the all-five bar: what * takes, when it was run."""
+    trials = frames.get(MUL_TRACE_SWEEP)
+    if trials is None or trials.empty:
+        return [f"With format.mul_trace (the companion sweep {MUL_TRACE_SWEEP}): **not run**."]
+    best = trials.loc[[column(trials, "val/exact_match").idxmax()]]
+    per = {op: column(best, f"test/exact_match/{op}").iloc[0] for op in MULTI_OPS}
+    met = all(np.isfinite(v) and v >= ONE_MODEL_BAR for v in per.values())
+    text = ", ".join(f"{op} {pct(v)}" for op, v in per.items())
+    cost = f"{int(column(best, 'steps').iloc[0]):,} steps"
+    if "wall_time_s" in best:
+        cost += f", {column(best, 'wall_time_s').iloc[0]:.0f} s of training"
+    return [
+        f"With format.mul_trace ({MUL_TRACE_SWEEP}, {int(best['n_params'].iloc[0]):,} parameters, "
+        f"{cost}): {text}; all five >= {pct(ONE_MODEL_BAR)}: {verdict_of(met)}."
     ]
 
 
