@@ -72,8 +72,9 @@ def build_batch(members: list[MemberRun], n_buckets: int, pin: bool, pick: bool)
     for bucket, length in length_buckets(mask, n_members, n_buckets):
         part_mask = mask[bucket, :length].reshape(n_members, -1)  # (M, rows * length)
         part_targets = targets[bucket, :length].reshape(n_members, -1)
-        picks = answer_picks(part_mask) if pick else None
-        if picks is not None:
+        picks = None
+        if pick:
+            picks = answer_picks(part_mask)
             part_mask, part_targets = part_mask.gather(1, picks), part_targets.gather(1, picks)
         part = [inputs[bucket, :length], picks, part_targets, part_mask]
         part.append(None if offsets is None else offsets[bucket])
@@ -139,7 +140,7 @@ class BatchProducer:
     where the loop takes it."""
 
     def __init__(
-        self, members: list[MemberRun], n_buckets: int, device: torch.device, pick: bool = True
+        self, members: list[MemberRun], n_buckets: int, device: torch.device, pick: bool
     ) -> None:
         self.device = device
         self._members, self._n_buckets, self._pick = members, n_buckets, pick

@@ -246,25 +246,35 @@ def _size_ladder(trials: pd.DataFrame) -> list[str]:
     return out
 
 
-def _one_model(trials: pd.DataFrame) -> list[str]:
-    """The best trial, chosen on validation, against seed 004's bar on + - // %, then with *
-    too (issue 33's bar: one model for all five)."""
+def _best_on_validation(trials: pd.DataFrame) -> tuple[pd.Series, dict[str, float]] | None:
+    """The trial with the best val/exact_match and its test exact match per operation; None
+    where no trial has a validation figure."""
     val = column(trials, "val/exact_match")
     if not val.notna().any():
-        return ["One model >= 99 % on + - // %: **not measured** (no val/exact_match)."]
+        return None
     best = trials.loc[val.idxmax()]
     per = {op: column(trials.loc[[best.name]], f"test/exact_match/{op}").iloc[0]
            for op in MULTI_OPS}  # fmt: skip
+    return best, per
 
-    def clears(ops: list[str]) -> bool:
-        return all(np.isfinite(per[op]) and per[op] >= ONE_MODEL_BAR for op in ops)
 
+def _clears(per: dict[str, float], ops: list[str]) -> bool:
+    return all(np.isfinite(per[op]) and per[op] >= ONE_MODEL_BAR for op in ops)
+
+
+def _one_model(trials: pd.DataFrame) -> list[str]:
+    """The best trial, chosen on validation, against seed 004's bar on + - // %, then with *
+    too (issue 33's bar: one model for all five)."""
+    chosen = _best_on_validation(trials)
+    if chosen is None:
+        return ["One model >= 99 % on + - // %: **not measured** (no val/exact_match)."]
+    best, per = chosen
     text = ", ".join(f"{op} {pct(per[op])}" for op in ONE_MODEL_OPS)
     return [
         f"The best trial on validation ({int(best['n_params']):,} parameters): {text}; "
-        f"each of + - // % >= {pct(ONE_MODEL_BAR)}: {verdict_of(clears(ONE_MODEL_OPS))}. "
+        f"each of + - // % >= {pct(ONE_MODEL_BAR)}: {verdict_of(_clears(per, ONE_MODEL_OPS))}. "
         f"With * ({pct(per['mul'])}), all five >= {pct(ONE_MODEL_BAR)}: "
-        f"{verdict_of(clears(MULTI_OPS))}."
+        f"{verdict_of(_clears(per, MULTI_OPS))}."
     ]
 
 
@@ -273,16 +283,18 @@ def _with_mul_trace(frames: Frames) -> list[str]:
     trials = frames.get(MUL_TRACE_SWEEP)
     if trials is None or trials.empty:
         return [f"With format.mul_trace (the companion sweep {MUL_TRACE_SWEEP}): **not run**."]
-    best = trials.loc[[column(trials, "val/exact_match").idxmax()]]
-    per = {op: column(best, f"test/exact_match/{op}").iloc[0] for op in MULTI_OPS}
-    met = all(np.isfinite(v) and v >= ONE_MODEL_BAR for v in per.values())
+    chosen = _best_on_validation(trials)
+    if chosen is None:
+        return [f"With format.mul_trace ({MUL_TRACE_SWEEP}): **not measured** (no validation)."]
+    best, per = chosen
+    row = trials.loc[[best.name]]
     text = ", ".join(f"{op} {pct(v)}" for op, v in per.items())
-    cost = f"{int(column(best, 'steps').iloc[0]):,} steps"
-    if "wall_time_s" in best:
-        cost += f", {column(best, 'wall_time_s').iloc[0]:.0f} s of training"
+    cost = f"{int(column(row, 'steps').iloc[0]):,} steps"
+    if "wall_time_s" in row:
+        cost += f", {column(row, 'wall_time_s').iloc[0]:.0f} s of training"
     return [
-        f"With format.mul_trace ({MUL_TRACE_SWEEP}, {int(best['n_params'].iloc[0]):,} parameters, "
-        f"{cost}): {text}; all five >= {pct(ONE_MODEL_BAR)}: {verdict_of(met)}."
+        f"With format.mul_trace ({MUL_TRACE_SWEEP}, {int(best['n_params']):,} parameters, "
+        f"{cost}): {text}; all five >= {pct(ONE_MODEL_BAR)}: {verdict_of(_clears(per, MULTI_OPS))}."
     ]
 
 
