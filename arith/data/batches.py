@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from arith.data.dataset import STREAM_BATCHES, DataConfig, Dataset, sample_split
+from arith.problems import carries
 from arith.problems.tasks import Problems
 from arith.text.formats import Encoded
 
@@ -26,11 +27,17 @@ class BatchSource:
 
     def next_problems(self) -> Problems:
         pool = self.dataset.train_pool
-        if pool is None:
-            return sample_split(
-                self.dataset.task, self.data, self.dataset.split_salt, 0, self.batch_size, self.rng
-            )
-        return pool.take(self.next_rows())
+        if pool is not None:
+            return pool.take(self.next_rows())
+        task, salt = self.dataset.task, self.dataset.split_salt
+        chains = round(self.batch_size * self.data.carry_chains)
+        if not chains:
+            return sample_split(task, self.data, salt, 0, self.batch_size, self.rng)
+        built = sample_split(task, self.data, salt, 0, chains, self.rng, carries.chain_problems)
+        if chains == self.batch_size:
+            return built
+        fresh = sample_split(task, self.data, salt, 0, self.batch_size - chains, self.rng)
+        return Problems.concat([fresh, built])
 
     def next_rows(self) -> np.ndarray:
         """Rows of the training pool that make the next batch (a fixed pool only)."""

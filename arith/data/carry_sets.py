@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from arith.errors import require
 from arith.problems import carries, tasks
 from arith.problems.tasks import Problems, TaskConfig
 
@@ -102,3 +103,18 @@ def _held_out(
             found[c].append(batch.take(rows))
             seen.update(keys[rows].tolist())
     return {c: Problems.concat(parts) for c, parts in found.items()}
+
+
+def check_chain_share(share: float, task: TaskConfig, train_size: int | None) -> None:
+    """ConfigError unless ``data.carry_chains`` is a share that this task's training can take:
+    built problems join fresh batches, so only an addition too large to enumerate, with no
+    fixed ``data.train_size`` pool."""
+    require(0.0 <= share <= 1.0, "data.carry_chains", f"must be in [0, 1], but got {share}")
+    fresh = task.name == "addition" and tasks.space_size(task) is None and train_size is None
+    require(
+        share == 0.0 or fresh,
+        "data.carry_chains",
+        f"needs fresh training problems of an addition too large to enumerate (task.name "
+        f"addition, task.n_digits >= 4, data.train_size null), but got task.name={task.name}, "
+        f"task.n_digits={task.n_digits}, data.train_size={train_size}",
+    )

@@ -6,10 +6,9 @@ and a problem is kept for a split only if its key hashes there, so no problem ca
 splits whatever the sample sizes.
 
 The extra sets (``edge``, ``longer``, ``longer_val``, ``ood``, ``carry``, ``cascade``,
-``length_grid``) are drawn apart from the splits, so each is filtered against training
-afterwards: a training problem is dropped, and ``Dataset.records`` keeps per set its size, what
-was dropped and its overlap with training measured again on what was kept (``data/<set>/...``
-metrics). The carry and cascade sets are built by construction (arith.data.carry_sets).
+``length_grid``) are drawn apart from the splits and filtered against training: per set,
+``Dataset.records`` keeps its size, what was dropped and its overlap with training measured on
+what was kept (``data/<set>/...``). Carry and cascade sets are built (arith.data.carry_sets).
 """
 
 from __future__ import annotations
@@ -74,6 +73,8 @@ class DataConfig:
     (arith.evaluation.length_probe: ``probe/`` metrics); 0: off."""
     length_probe_size: int = 100
     """Random problems per rung of the length probe (beside its carry edge cases)."""
+    carry_chains: float = 0.0
+    """Share of fresh training batches built to hold a carry chain (carries.chain_problems)."""
     cascade_size: int | None = None
     """Also evaluate on a ``cascade`` set of this many full-width additions whose carry runs
     from the ones digit through the top one (``1166 + 9834 = 11000``;
@@ -143,6 +144,7 @@ class DataConfig:
                 f"(task.n_digits), but got {list(lo_hi or ())}",
             )
         length_probe.check_settings(self.length_probe_max, self.length_probe_size, trained)
+        carry_sets.check_chain_share(self.carry_chains, task, self.train_size)
 
     def resolved_seed(self, run_seed: int) -> int:
         """The seed of the sets: ``data.seed``, else the run's ``train.seed``."""
@@ -193,8 +195,7 @@ class Dataset:
     train_pool: Problems | None
     """Fixed training problems, or ``None`` when training draws fresh problems each step."""
     eval_sets: dict[str, Problems] = field(default_factory=dict)
-    """``val``, ``test`` and extras (``ood``, ``longer``, ``longer_val``, ``edge``, ``carry``,
-    ``cascade``)."""
+    """``val``, ``test`` and the extra sets named in the module docstring."""
     eval_formats: dict[str, Format] = field(default_factory=dict)
     """A set's own format where it differs from the training one (``ood`` is spaced)."""
     split_salt: int = 0
@@ -363,14 +364,20 @@ def _add_extra_sets(
 
 
 def sample_split(
-    task: TaskConfig, data: DataConfig, salt: int, split: int, n: int, rng: np.random.Generator
+    task: TaskConfig,
+    data: DataConfig,
+    salt: int,
+    split: int,
+    n: int,
+    rng: np.random.Generator,
+    draw=tasks.sample,
 ) -> Problems:
-    """``n`` random problems whose keys hash to ``split``, by rejection."""
+    """``n`` problems of ``draw(task, n, rng)`` whose keys hash to ``split``, by rejection."""
     share = (1.0 - data.val_fraction - data.test_fraction, data.val_fraction, data.test_fraction)
     parts, have = [], 0
     while have < n:
-        draw = int((n - have) / share[split] * OVERSAMPLE) + MIN_DRAW
-        batch = tasks.sample(task, draw, rng)
+        count = int((n - have) / share[split] * OVERSAMPLE) + MIN_DRAW
+        batch = draw(task, count, rng)
         keep = split_of(batch.keys(), salt, data.val_fraction, data.test_fraction) == split
         parts.append(batch.take(np.flatnonzero(keep)))
         have += int(keep.sum())

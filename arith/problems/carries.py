@@ -14,6 +14,10 @@ Random operands rarely hold long carry chains (a chain of c columns has probabil
   ``1166 + 9834 = 11000`` and ``4584 + 9416 = 14000`` cascade, ``1234 + 1111`` does not.
 - ``cascade_operands(n_digits, n, rng)``: ``n`` operand pairs of exactly ``n_digits`` digits,
   each a cascade, uniform over all of them.
+- ``chain_problems(task, n, rng)``: ``n`` additions of the task's own operand lengths, each
+  holding one carry chain of a length uniform up to the longer operand's, up through the
+  longer operand's top digit (``9999 + 1``, ``99999999 + 99999999``): the share of training
+  batches that ``data.carry_chains`` asks for.
 
 Chain length alone does not say what is hard for answers written most significant digit
 first: a chain of 4 in ``9999 + 9999`` leaves every column carrying on its own, while in
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from arith.problems import _digits
+from arith.problems import _digits, _sampling, tasks
 from arith.problems._problems import Problems
 
 # Digit pairs (a, b) and what a column holding one does with a carry: "gen" emits one with no
@@ -35,6 +39,9 @@ _PAIRS = np.array([(a, b) for a in range(10) for b in range(10)], dtype=np.uint8
 _SUMS = _PAIRS.astype(np.int64).sum(axis=1)
 _QUIET, _GEN, _PROP, _KILL = range(4)
 _ALLOWED = {_QUIET: _SUMS <= 9, _GEN: _SUMS >= 10, _PROP: _SUMS >= 9, _KILL: _SUMS <= 8}
+# The same for a column where only the longer operand has a digit d (no column generates alone).
+_DIGITS = np.arange(10, dtype=np.uint8)
+_ALONE = {_QUIET: _DIGITS <= 9, _PROP: _DIGITS == 9, _KILL: _DIGITS <= 8}
 
 
 def longest_run(flags: np.ndarray) -> np.ndarray:
@@ -157,3 +164,88 @@ def cascade_operands(n_digits: int, n: int, rng: np.random.Generator) -> np.ndar
     picks = [_PAIRS[rng.choice(np.flatnonzero(ok), size=n)] for ok in columns]
     lsb_first = np.stack(picks, axis=2)  # (n, 2, k), the ones column first
     return lsb_first[:, :, ::-1]
+
+
+def chain_problems(task: tasks.TaskConfig, n: int, rng: np.random.Generator) -> Problems:
+    """``n`` additions with operand lengths drawn as ``task.operand_lengths`` draws them, each
+    holding a carry chain (``chain_operands``)."""
+    _, lens = _sampling.operands(task.operand_lengths, task.n_digits, rng, (n, 2))
+    return tasks.from_operands(task, chain_operands(lens, task.n_digits, rng))
+
+
+def chain_operands(lens: np.ndarray, width: int, rng: np.random.Generator) -> np.ndarray:
+    """(n, 2, width) operand digits (MSB first) of exactly ``lens`` (n, 2) digits, each pair
+    holding one carry chain.
+
+    The chain's length is uniform in 1..(the longer length); it starts where both operands have
+    a digit (it generates a carry there) and where it fits, propagates through columns that sum
+    to 9 or more (a lone digit of the longer operand: 9) and is absorbed by the column after
+    it, or becomes the answer's extra digit at the top; in half the rows one digit pair fills the
+    chain (``_repeat_one_pair``). Every other column is quiet. Random
+    operands hold a chain of c columns with probability about 0.45 * 0.55**(c - 1) at each
+    start, and one through a lone 9 run far less, so training on them alone leaves
+    ``99999999 + 1`` and ``99999999 + 99999999`` unseen.
+    """
+    n = len(lens)
+    la, lb = lens[:, :1], lens[:, 1:]
+    overlap, longest = np.minimum(la, lb)[:, 0], np.maximum(la, lb)[:, 0]
+    chain = 1 + (rng.random(n) * longest).astype(np.int64)
+    start = (rng.random(n) * np.minimum(overlap, longest - chain + 1)).astype(np.int64)
+    end = start + chain
+    column = np.arange(width)[None, :]  # 0 = least significant
+    kind = np.full((n, width), _QUIET)
+    kind[(column >= start[:, None]) & (column < end[:, None])] = _PROP
+    kind[column == start[:, None]] = _GEN
+    kind[column == end[:, None]] = _KILL
+    has_a, has_b = column < la, column < lb
+    top_a, top_b = (column == la - 1) & (la > 1), (column == lb - 1) & (lb > 1)
+    a = np.zeros((n, width), dtype=np.uint8)
+    b = np.zeros((n, width), dtype=np.uint8)
+    both = has_a & has_b
+    for name, allowed in _ALLOWED.items():
+        for lead_a in (False, True):  # a leading digit is not 0 (unless the number is 1 digit)
+            for lead_b in (False, True):
+                ok = (
+                    allowed
+                    & ((_PAIRS[:, 0] > 0) | (not lead_a))
+                    & ((_PAIRS[:, 1] > 0) | (not lead_b))
+                )
+                rows, cols = np.nonzero(
+                    both & (kind == name) & (top_a == lead_a) & (top_b == lead_b)
+                )
+                if len(rows):
+                    picks = _PAIRS[rng.choice(np.flatnonzero(ok), size=len(rows))]
+                    a[rows, cols], b[rows, cols] = picks[:, 0], picks[:, 1]
+    for name, allowed in _ALONE.items():
+        for lead in (False, True):
+            ok = allowed & ((_DIGITS > 0) | (not lead))
+            rows, cols = np.nonzero((has_a ^ has_b) & (kind == name) & ((top_a | top_b) == lead))
+            if len(rows):
+                picks = _DIGITS[rng.choice(np.flatnonzero(ok), size=len(rows))]
+                alone = has_a[rows, cols]
+                a[rows, cols] = np.where(alone, picks, 0)
+                b[rows, cols] = np.where(alone, 0, picks)
+    _repeat_one_pair(a, b, both & ((kind == _PROP) | (kind == _GEN)), kind == _GEN, rng)
+    return np.stack([a[:, ::-1], b[:, ::-1]], axis=1)
+
+
+def _repeat_one_pair(
+    a: np.ndarray, b: np.ndarray, chain: np.ndarray, gen: np.ndarray, rng: np.random.Generator
+) -> None:
+    """In half the rows, one digit pair through the whole chain (in place): ``9999 + 9999``.
+
+    Past the operands' last digit a query sees one column fewer; in a run of alike columns what
+    it sees there is what it saw one place earlier, so a model that learned the end from
+    columns that differ writes ``9999 + 9999`` without its leading 1 (docs/notes/
+    abacus_length.md). Runs of one pair make that case common. The pair is any that carries an
+    incoming carry on (sum >= 9) with no 0 (so it may hold a leading digit), and in half of
+    those rows (9, 9): with a carry in its answer digit is a 9 too, so every digit a query sees
+    there is alike (``9999 + 9999`` lost its 1 with the first half alone). It takes the
+    generating column too where it carries on its own (sum >= 10)."""
+    pairs = np.flatnonzero(_ALLOWED[_PROP] & (_PAIRS.min(axis=1) > 0))
+    pick = _PAIRS[rng.choice(pairs, size=len(a))]
+    pick[rng.random(len(a)) < 0.5] = 9  # 9 + 9 with a carry in writes 9: every digit seen alike
+    alike = (rng.random(len(a)) < 0.5)[:, None]
+    fill = alike & chain & (~gen | (pick.astype(np.int64).sum(axis=1) >= 10)[:, None])
+    rows, cols = np.nonzero(fill)
+    a[rows, cols], b[rows, cols] = pick[rows, 0], pick[rows, 1]
