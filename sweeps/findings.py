@@ -13,6 +13,7 @@ MLflow, times from the wall clock of ``sweeps.run`` (recorded beside its outputs
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -139,7 +140,8 @@ def _space_section(
         plot = f"findings/{space}.png"
     for sweep, more_tables, more_record, _ in parts[1:]:
         tables += f"\n\n{sweep} (`{more_record['command']}`, {more_record['wall_s']:.0f} s):"
-        tables += "\n\n" + more_tables
+        # its tables' headings name the companion, not only the table (often the main one's)
+        tables += "\n\n" + re.sub("^## ", f"## {sweep}: ", more_tables, flags=re.M)
     return section(claim, frames, tables, record, plot)
 
 
