@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from arith.model.attention import causal_mask, softmax_fp32
 from arith.model.gpt import GPT, CausalSelfAttention, ModelConfig
 from arith.model.kv_cache import KVCache
 from arith.model.members import member_dropout
@@ -355,3 +356,22 @@ def test_bf16_autocast_on_cpu_attends_as_fp32_does(position):
         rest, _ = model(idx[:, 7:], cache)
     torch.testing.assert_close(low.float(), full, atol=0.05, rtol=0.05)
     torch.testing.assert_close(torch.cat([prefix, rest], 1).float(), full, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize("n_keys", [1, 3, 9, 15, 16, 19])
+def test_short_rows_softmax_as_plain_fp32_softmax_does(n_keys):
+    # rows under 16 keys are padded with -inf keys on CPU (a faster kernel there): the weights
+    # and their gradients are the plain softmax's but for the last bits of an exp
+    torch.manual_seed(0)
+    scores = (3 * torch.randn(64, 4, n_keys, n_keys)).to(torch.bfloat16)
+    scores = scores.masked_fill(~causal_mask(n_keys, 0, scores.device), float("-inf"))
+    plain = scores.float().requires_grad_()
+    padded = scores.float().requires_grad_()
+    expected, weights = plain.softmax(dim=-1), softmax_fp32(padded)
+    assert weights.shape == expected.shape and weights.dtype == torch.float32
+    torch.testing.assert_close(weights, expected, atol=1e-6, rtol=1e-6)
+    assert (weights[..., ~causal_mask(n_keys, 0, scores.device)] == 0).all()
+    upstream = torch.randn_like(expected)
+    expected.backward(upstream)
+    weights.backward(upstream)
+    torch.testing.assert_close(padded.grad, plain.grad, atol=1e-5, rtol=1e-5)

@@ -47,9 +47,7 @@ def attention(
             scores = scores.masked_fill(~causal_mask(T, t_past, q.device), float("-inf"))
         else:
             scores = scores + bias
-        # the softmax in fp32, as CUDA's autocast does: on CPU its bf16 kernel is ~3x slower
-        # than converting there and back (docs/notes/kernels.md), and less exact
-        weights = scores.softmax(dim=-1, dtype=torch.float32).to(scores.dtype)
+        weights = softmax_fp32(scores).to(scores.dtype)
         weights = member_dropout(weights, rates, training=True)
         y = weights @ v
         return y if relative_values is None else y + relative_values(weights)
@@ -63,6 +61,24 @@ def attention(
     # several new tokens after a cached prefix: the causal mask shifted by the prefix
     mask = causal_mask(T, t_past, q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=rates[0])
+
+
+CPU_SHORT_ROW = 16
+"""Rows shorter than this take ATen's scalar softmax on CPU, not its vectorised one."""
+
+
+def softmax_fp32(scores: Tensor) -> Tensor:
+    """Softmax over the last dimension, computed in fp32 as CUDA's autocast does: on CPU the
+    bf16 kernel is ~3x slower than converting there and back, and less exact.
+
+    On CPU a row of fewer than 16 keys (seed 002's base-100 sums have 8 or 9 tokens) costs
+    5-9x a 16-key row (docs/notes/kernels.md), so short rows are padded to 16 with -inf keys,
+    which get weight 0: the same weights but for the last bit of an exp."""
+    n_keys = scores.shape[-1]
+    if scores.device.type != "cpu" or n_keys >= CPU_SHORT_ROW:
+        return scores.softmax(dim=-1, dtype=torch.float32)
+    padded = F.pad(scores.float(), (0, CPU_SHORT_ROW - n_keys), value=float("-inf"))
+    return padded.softmax(dim=-1)[..., :n_keys]
 
 
 def causal_mask(T: int, t_past: int, device: torch.device) -> Tensor:
