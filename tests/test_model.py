@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arith.model.attention import causal_mask, softmax_fp32
+from arith.model.attention import attention, causal_mask, softmax_fp32
 from arith.model.gpt import GPT, CausalSelfAttention, ModelConfig
 from arith.model.kv_cache import KVCache
 from arith.model.members import member_dropout
@@ -375,3 +375,15 @@ def test_short_rows_softmax_as_plain_fp32_softmax_does(n_keys):
     expected.backward(upstream)
     weights.backward(upstream)
     torch.testing.assert_close(padded.grad, plain.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("t_new", "t_past"), [(9, 0), (3, 6), (1, 8), (16, 0)])
+def test_cpu_attention_on_short_rows_is_the_fused_kernels(t_new, t_past):
+    # on CPU, fewer than 16 keys take explicit matmuls (faster there) in fp32 too: the same
+    # result as torch's fused kernel, with and without a cached prefix
+    torch.manual_seed(0)
+    q = torch.randn(32, 4, t_new, 8)
+    k, v = torch.randn(2, 32, 4, t_past + t_new, 8).unbind(0)
+    mask = causal_mask(t_new, t_past, q.device)
+    fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(attention(q, k, v, (0.0,)), fused, atol=1e-6, rtol=1e-5)

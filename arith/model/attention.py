@@ -38,10 +38,12 @@ def attention(
         bias = bias.masked_fill(~causal_mask(T, t_past, q.device), float("-inf")).to(q.dtype)
     # The explicit matmuls where the fused kernel does not serve: it returns no weights (the
     # relative values read them), it takes one dropout rate (a pack's members may differ), and
-    # on CPU under bf16 autocast it is slower than plain matmuls at these sizes (measured in
-    # docs/notes/kernels.md).
-    cpu_bf16 = q.device.type == "cpu" and torch.is_autocast_enabled("cpu")
-    if relative_values is not None or len(set(rates)) > 1 or cpu_bf16:
+    # on CPU it is slower than plain matmuls under bf16 autocast, and in fp32 where rows are
+    # shorter than 16 keys, which softmax_fp32 pads (measured in docs/notes/kernels.md).
+    cpu_explicit = q.device.type == "cpu" and (
+        torch.is_autocast_enabled("cpu") or S < CPU_SHORT_ROW
+    )
+    if relative_values is not None or len(set(rates)) > 1 or cpu_explicit:
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, nh, T, S)
         if bias is None:
             scores = scores.masked_fill(~causal_mask(T, t_past, q.device), float("-inf"))
