@@ -88,3 +88,33 @@ def test_a_bf16_run_is_evaluated_in_fp32():
     fp32 = evaluate_set(model, fmt, problems, DEVICE)
     assert reports[0]["val/loss"] == pytest.approx(fp32["loss"], rel=1e-6)
     assert reports[0]["val/loss"] != pytest.approx(bf16["loss"], rel=1e-6)
+
+
+def test_a_pack_of_one_dataset_measures_its_final_sets_in_one_batch_on_the_chosen_weights(
+    monkeypatch,
+):
+    """Members of one data split that end at one evaluation have their test sets decoded in one
+    batch, each on the weights it keeps: member 1 stops on patience with its best weights
+    earlier than its last, which must be in the pack when the batch runs. Each reports the test
+    metrics it reports alone, and keeps the model it keeps alone."""
+    calls = []
+    together = member_run.final_sets_together
+
+    def counted(packed, members, ending, device):
+        measured = together(packed, members, ending, device)
+        calls.append(sorted(measured))
+        return measured
+
+    monkeypatch.setattr(member_run, "final_sets_together", counted)
+    overrides = [MEMBERS[0], [*MEMBERS[1], "train.patience=5", "optim.lr=0.3"], MEMBERS[2]]
+    configs = [tiny(*m, "data.seed=0", "train.max_steps=12") for m in overrides]
+    summaries, _ = run_pack(configs)
+    assert calls == [[0, 1, 2]]
+    assert [s["final_weights_step"] for s in summaries] != [12, 12, 12]  # a best before the end
+    for config, summary in zip(configs, summaries, strict=True):
+        alone = train(config)
+        assert summary["final_weights_step"] == alone["final_weights_step"]
+        tested = [k for k in alone if k.startswith("test/")]
+        assert "test/exact_match" in tested and "test/loss" in tested
+        for key in tested:
+            assert summary[key] == pytest.approx(alone[key], rel=1e-5, abs=1e-6), key

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from arith.data import length_grid
 from arith.data.batches import BatchSource
-from arith.data.dataset import Dataset
+from arith.data.dataset import STREAM_TRAIN_SAMPLE, Dataset, sample_split
 from arith.evaluation import length_probe
 from arith.evaluation.evaluate import evaluate_members, evaluate_set, exact_rows
 from arith.training import checkpoint as ckpt
@@ -94,9 +95,9 @@ def evaluate_member(
     device,
     model_dir: Path | None,
     measured: dict[str, float] | None = None,
-) -> None:
-    """Evaluate one member, update its stopping state and keep the metrics to report; at its
-    end, measure the final sets on its chosen weights and save them to ``model_dir``.
+) -> bool:
+    """Evaluate one member, update its stopping state and keep the metrics to report; True
+    where this evaluation ends its run (``finish_members`` measures and saves it then).
     ``measured``: what ``measure_together`` measured of it already."""
     tc = m.config.train
     loss = m.take_loss()  # first: a divergence found here makes this the member's end
@@ -116,55 +117,81 @@ def evaluate_member(
             state.best_step = step
     if tc.time_budget_s and metrics["time/elapsed_s"] > tc.time_budget_s and m.stop == "max_steps":
         m.stop = "time_budget"
-    if last or m.stop != "max_steps":
-        finish_member(m, model, step, device, model_dir)
-        metrics.update(m.metrics)
-        state.final_metrics = metrics
-        state.wall_time_s = elapsed()
     state.step, state.last_report_step = step, step
     m.metrics = metrics
+    return last or m.stop != "max_steps"
 
 
-def finish_member(m: MemberRun, model, step: int, device, model_dir: Path | None) -> None:
-    """Measure the final sets on the member's chosen weights (the monitor's best with early
-    stopping, else the last) into ``m.metrics``, and save that model to ``model_dir``.
+def finish_members(
+    packed,
+    views: list,
+    members: list[MemberRun],
+    ending: list[int],
+    step: int,
+    device,
+    folders: list[Path | None],
+    elapsed: Callable[[], float],
+) -> None:
+    """End the runs of the ``ending`` members: measure the final sets on each one's chosen
+    weights (the monitor's best with early stopping, else the last) into its metrics, save
+    that model to its folder, and put the last weights back for the checkpoint.
 
+    Every ending member's chosen weights are loaded before any is measured, so that members
+    sharing a dataset are measured in one batch through the pack (``final_sets_together``).
     Where the chosen weights are not the last, ``train/`` and ``val/`` are measured again on
     them, so that everything the run reports at its end, and a sweep ranks it on, comes from
     the one model it keeps."""
+    if not ending:
+        return
+    last_weights = {i: _load_chosen(members[i], views[i], step, device) for i in ending}
+    together = final_sets_together(packed, members, ending, device)
+    for i in ending:
+        m, model = members[i], views[i]
+        state = m.state
+        weights_step = state.best_step if state.best_weights is not None else step
+        m.metrics.update(together.get(i) or _final_sets(model, m.dataset, device))
+        m.metrics.update(_probe(m, model, device))
+        m.metrics.update(m.dataset.data_metrics())  # sizes and training overlap of each set
+        m.metrics.update(overlap_metrics(m.diagnostics.data))  # and the splits' with each other
+        m.metrics.update(final_weights_step=weights_step, done=1)
+        if folders[i] is not None:
+            ckpt.save_model(folders[i], m.config, model, state.final_weights, weights_step)
+        if last_weights[i] is not None:  # the checkpoint stays the loop's true state
+            model.load_state_dict(last_weights[i])
+        state.best_weights = None  # a stopped member's copy is no longer needed
+        state.stopped_reason = m.stop
+        state.final_metrics = m.metrics
+        state.wall_time_s = elapsed()
+
+
+def _load_chosen(m: MemberRun, model, step: int, device) -> dict | None:
+    """Load the member's chosen weights into ``model`` and, where they are not the last,
+    measure ``train/`` and ``val/`` again on them; the last weights to put back, or None."""
     state = m.state
-    last_weights = None
-    m.metrics = {}
-    if state.best_weights is not None and state.best_step != step:
-        last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        model.load_state_dict(state.best_weights)  # test what the monitor chose
-        m.metrics.update(step_metrics(model, m.dataset, device, m.train_sample, {}))
     state.final_weights = "best" if state.best_weights is not None else "last"
-    weights_step = state.best_step if state.best_weights is not None else step
-    m.metrics.update(_final_sets(model, m.dataset, device))
+    if state.best_weights is None or state.best_step == step:
+        return None
+    last_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(state.best_weights)  # test what the monitor chose
+    m.metrics.update(step_metrics(model, m.dataset, device, m.train_sample, {}))
+    return last_weights
+
+
+def _probe(m: MemberRun, model, device) -> dict[str, float]:
+    """The length probe's metrics (arith.evaluation.length_probe), where the run asks for it."""
     data = m.config.data
-    if data.length_probe_max:
-        seed = data.resolved_seed(m.config.train.seed)
-        m.metrics.update(
-            length_probe.probe(
-                model,
-                m.dataset.format,
-                m.dataset.task,
-                data.length_probe_max,
-                data.length_probe_size,
-                seed,
-                device,
-            )
-        )
-    m.metrics.update(m.dataset.data_metrics())  # sizes and training overlap of each set
-    m.metrics.update(overlap_metrics(m.diagnostics.data))  # and the splits' with each other
-    m.metrics.update(final_weights_step=weights_step, done=1)
-    if model_dir is not None:
-        ckpt.save_model(model_dir, m.config, model, state.final_weights, weights_step)
-    if last_weights is not None:  # the checkpoint stays the loop's true state
-        model.load_state_dict(last_weights)
-    state.best_weights = None  # a stopped member's copy is no longer needed
-    state.stopped_reason = m.stop
+    if not data.length_probe_max:
+        return {}
+    seed = data.resolved_seed(m.config.train.seed)
+    return length_probe.probe(
+        model,
+        m.dataset.format,
+        m.dataset.task,
+        data.length_probe_max,
+        data.length_probe_size,
+        seed,
+        device,
+    )
 
 
 def summarise(m: MemberRun, counts: dict[str, int]) -> dict[str, Any]:
@@ -218,8 +245,8 @@ def measure_together(packed, members: list[MemberRun], due: list[int], device) -
     seed and ``train_eval_size``). Only where at least half the pack shares it, as every member
     is decoded. ``{member: {"val": metrics, "train": metrics}}``, either part left out where
     the member is measured alone."""
-    shared = [i for i in due if members[i].dataset is members[due[0]].dataset]
-    if packed.members == 1 or len(shared) < 2 or 2 * len(shared) < packed.members:
+    shared = _sharing_dataset(packed, members, due)
+    if not shared:
         return {}
     first = members[shared[0]]
     fmt = first.dataset.format
@@ -237,24 +264,65 @@ def measure_together(packed, members: list[MemberRun], due: list[int], device) -
     return out
 
 
+def final_sets_together(packed, members: list[MemberRun], ending: list[int], device) -> dict:
+    """``_final_sets`` of the ending members that share a dataset, through the packed model
+    with every member decoded in one batch, on the same rule as ``measure_together``; a
+    length grid is measured member by member (``exact_rows`` decodes one model).
+    ``{member: metrics}``, a member left out where it is measured alone."""
+    shared = _sharing_dataset(packed, members, ending)
+    if not shared or members[shared[0]].dataset.length_grid is not None:
+        return {}
+    every = _final_sets_members(packed, members[shared[0]].dataset, device)
+    return {i: every[i] for i in shared}
+
+
+def _sharing_dataset(packed, members: list[MemberRun], chosen: list[int]) -> list[int]:
+    """The chosen members that share the first one's dataset, where measuring them together
+    pays: at least two, and at least half the pack (every member of the pack is decoded)."""
+    shared = [i for i in chosen if members[i].dataset is members[chosen[0]].dataset]
+    if packed.members == 1 or len(shared) < 2 or 2 * len(shared) < packed.members:
+        return []
+    return shared
+
+
+def train_eval_sample(dataset: Dataset, config: RunConfig):
+    """Training problems decoded at each evaluation; from the data seed: one per split."""
+    tc = config.train
+    rng = np.random.default_rng([config.data.resolved_seed(tc.seed), STREAM_TRAIN_SAMPLE])
+    pool = dataset.train_pool
+    if pool is None:
+        return sample_split(
+            dataset.task, config.data, dataset.split_salt, 0, tc.train_eval_size, rng
+        )
+    return pool.take(rng.permutation(len(pool))[: tc.train_eval_size])
+
+
 def _sample_key(m: MemberRun) -> tuple[int, int]:
-    """What draws a member's training sample from its dataset (``trainer._train_eval_sample``)."""
+    """What draws a member's training sample from its dataset (``train_eval_sample``)."""
     return m.config.data.resolved_seed(m.config.train.seed), m.config.train.train_eval_size
 
 
 def _final_sets(model, dataset: Dataset, device) -> dict[str, float]:
-    """Test and the extra sets, measured once at the end."""
-    out: dict[str, float] = {}
+    """Test and the extra sets, measured once at the end, of one model."""
+    (out,) = _final_sets_members(model, dataset, device)
+    if dataset.length_grid is not None:
+        out.update(_length_grid(model, dataset, device))
+    return out
+
+
+def _final_sets_members(model, dataset: Dataset, device) -> list[dict[str, float]]:
+    """Test and the extra sets of each member of ``model`` (one model: a list of one)."""
+    out: list[dict[str, float]] = [{} for _ in range(model.members)]
     for name, problems in dataset.eval_sets.items():
         if name == "val":
             continue
         fmt = dataset.format_of(name)
         reference = dataset.format if fmt is not dataset.format else None
-        for key, value in evaluate_set(model, fmt, problems, device, reference).items():
-            out[f"{name}/{key}"] = value
-    out.update(length_grid.success_metrics(out))
-    if dataset.length_grid is not None:
-        out.update(_length_grid(model, dataset, device))
+        measured = evaluate_members(model, fmt, problems, device, reference)
+        for metrics, member in zip(measured, out, strict=True):
+            member.update({f"{name}/{key}": value for key, value in metrics.items()})
+    for member in out:
+        member.update(length_grid.success_metrics(member))
     return out
 
 

@@ -20,18 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from arith.data import length_grid, length_probe
 from arith.data.batches import BatchSource
-from arith.data.dataset import (
-    DATA_METRICS,
-    STREAM_TRAIN_SAMPLE,
-    Dataset,
-    dataset_key,
-    sample_split,
-)
+from arith.data.dataset import DATA_METRICS, Dataset, dataset_key
 from arith.data.recent import recent_dataset
 from arith.errors import ConfigError
 from arith.evaluation.evaluate import set_metric_names
@@ -51,14 +44,20 @@ from arith.training.hardware import (
     synchronize,
 )
 from arith.training.loss import member_loss_sums
-from arith.training.member_run import MemberRun, evaluate_member, measure_together, summarise
+from arith.training.member_run import (
+    MemberRun,
+    evaluate_member,
+    finish_members,
+    measure_together,
+    summarise,
+    train_eval_sample,
+)
 from arith.training.optim import PackedAdamW
 from arith.training.packing import check_packable
 from arith.training.prefetch import BatchProducer
 
 if TYPE_CHECKING:
     from arith.config import RunConfig
-    from arith.training.trainconf import TrainConfig
 
 Report = Callable[[dict[str, Any]], None]
 PackReport = Callable[[int, dict[str, Any]], None]
@@ -211,6 +210,8 @@ def train_pack(
     readout, stepped = LossReadout(device), []
     model.train()
     pick = not first.compile  # compiled: every token's logits (one shape for CUDA graphs)
+    n = len(members)
+    folders = [checkpoint_dir and ckpt.member_dir(checkpoint_dir, i, n) for i in range(n)]
     with BatchProducer(members, first.length_buckets, device, pick) as batches:
         while True:
             # evaluate, checkpoint and report: each member on its own schedule
@@ -220,10 +221,12 @@ def train_pack(
                 stepped = []
             # in fp32 whatever trains in bf16: bf16 decoding lost exact match (docs/changelog.md)
             measured = measure_together(model, members, due, device)
+            ending = []  # the members this evaluation ends, finished together below
             for i in due:
-                folder = checkpoint_dir and ckpt.member_dir(checkpoint_dir, i, len(members))
-                lr, done = optimizer.lr(i), measured.get(i)
-                evaluate_member(members[i], views[i], step, lr, elapsed, device, folder, done)
+                m, lr, done = members[i], optimizer.lr(i), measured.get(i)
+                if evaluate_member(m, views[i], step, lr, elapsed, device, folders[i], done):
+                    ending.append(i)
+            finish_members(model, views, members, ending, step, device, folders, elapsed)
             if checkpoint_dir is not None and due:
                 position = batches.position()
                 _save(checkpoint_dir, configs, model, optimizer, members, position, step, elapsed())
@@ -298,7 +301,10 @@ def _build_member(
     torch.manual_seed(tc.seed)
     model = build_model(config, dataset).to(device)
     cost = step_cost(config)
-    train_sample = _train_eval_sample(dataset, config, tc)
+    # the sample is the data seed's: members that share the dataset and its size share it
+    if ("train_sample", key, tc.train_eval_size) not in shared:
+        shared["train_sample", key, tc.train_eval_size] = train_eval_sample(dataset, config)
+    train_sample = shared["train_sample", key, tc.train_eval_size]
     train = dataset.train_pool if dataset.train_pool is not None else train_sample
     member = MemberRun(
         config=config,
@@ -315,14 +321,12 @@ def _build_member(
 
 
 def _diagnostics(dataset: Dataset, train, shared: dict[tuple, Any], key: tuple) -> RunDiagnostics:
-    """A member's diagnostics, their data part built once per shared training pool (its
-    histograms are the same for every member of the pool; a member that draws its own training
-    sample gets its own). Embedding snapshots are always the member's."""
-    if dataset.train_pool is None:
-        return RunDiagnostics.build(dataset, train)
-    if ("diagnostics", key) not in shared:
-        shared["diagnostics", key] = RunDiagnostics.build(dataset, train)
-    built = shared["diagnostics", key]
+    """A member's diagnostics, their data part built once per shared training pool or sample
+    (its histograms are the same for every member that shares it). Embedding snapshots are
+    always the member's."""
+    if ("diagnostics", key, id(train)) not in shared:
+        shared["diagnostics", key, id(train)] = RunDiagnostics.build(dataset, train)
+    built = shared["diagnostics", key, id(train)]
     return RunDiagnostics(data=built.data, tokens=built.tokens, used=built.used)
 
 
@@ -381,14 +385,3 @@ def _total_steps(config: RunConfig, dataset: Dataset) -> int:
             "train.epochs", "needs a finite training set; set data.train_size or use max_steps"
         )
     return max(1, math.ceil(tc.epochs * len(dataset.train_pool) / tc.batch_size))
-
-
-def _train_eval_sample(dataset: Dataset, config: RunConfig, tc: TrainConfig):
-    """Training problems decoded at each evaluation; from the data seed: one per split."""
-    rng = np.random.default_rng([config.data.resolved_seed(tc.seed), STREAM_TRAIN_SAMPLE])
-    pool = dataset.train_pool
-    if pool is None:
-        return sample_split(
-            dataset.task, config.data, dataset.split_salt, 0, tc.train_eval_size, rng
-        )
-    return pool.take(rng.permutation(len(pool))[: tc.train_eval_size])
