@@ -15,13 +15,15 @@ class BatchSource:
     """Training batches as tensors: epochs over a fixed pool, or a fresh stream of problems.
 
     Its whole state is an RNG and a cursor, saved in checkpoints so a resumed run sees the same
-    batches.
+    batches. The epoch's order over a pool is saved as the RNG state that drew it, not as the
+    order itself: a pool of a million problems is 8 MB of order per member per checkpoint.
     """
 
     def __init__(self, dataset: Dataset, data: DataConfig, batch_size: int, seed: int) -> None:
         self.dataset, self.data, self.batch_size = dataset, data, batch_size
         self.rng = np.random.default_rng([seed, STREAM_BATCHES])
         self.order: np.ndarray | None = None
+        self.order_drawn_by: dict | None = None  # the RNG's state where it drew ``order``
         self.cursor = 0
         self._by_op: list[np.ndarray] | None = None  # pool rows of each operation (op_weights)
 
@@ -48,6 +50,7 @@ class BatchSource:
         need = self.batch_size
         while need > 0:
             if self.order is None or self.cursor >= len(self.order):
+                self.order_drawn_by = self.rng.bit_generator.state
                 self.order, self.cursor = self.rng.permutation(len(pool)), 0
             chunk = self.order[self.cursor : self.cursor + need]
             self.cursor += len(chunk)
@@ -78,13 +81,21 @@ class BatchSource:
     def state_dict(self) -> dict:
         return {
             "rng": self.rng.bit_generator.state,
-            "order": None if self.order is None else torch.from_numpy(self.order),
+            "order_drawn_by": self.order_drawn_by,
             "cursor": self.cursor,
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.rng.bit_generator.state = state["rng"]
-        self.order = None if state["order"] is None else state["order"].numpy()
+        self.order_drawn_by = state.get("order_drawn_by")
+        if state.get("order") is not None:  # a checkpoint from before order_drawn_by
+            self.order = state["order"].numpy()
+        elif self.order_drawn_by is None:
+            self.order = None
+        else:  # the same draw again: the RNG's state then, the same pool
+            drawer = np.random.default_rng()
+            drawer.bit_generator.state = self.order_drawn_by
+            self.order = drawer.permutation(len(self.dataset.train_pool))
         self.cursor = int(state["cursor"])
 
 
