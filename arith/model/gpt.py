@@ -153,7 +153,7 @@ class CausalSelfAttention(nn.Module):
     def forward(
         self,
         x: Tensor,
-        rope: tuple[Tensor, Tensor] | None,
+        rope: Tensor | None,
         cache: KVCache,
         layer: int,
         dropout: tuple[float, ...],
@@ -168,7 +168,7 @@ class CausalSelfAttention(nn.Module):
         k = k.view(-1, T, nh, hs).transpose(1, 2)
         v = v.view(-1, T, nh, hs).transpose(1, 2)
         if rope is not None:
-            q, k = positions.apply_rope(q, *rope), positions.apply_rope(k, *rope)
+            q, k = positions.apply_rope(q, rope), positions.apply_rope(k, rope)
         if self.cfg.log_length_attention:  # the query at position t sees t + 1 keys
             # in fp32 whatever autocast does: bf16 holds integers exactly only to 256 (257
             # keys read as 256) and its log to 3 significant digits

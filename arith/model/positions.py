@@ -142,15 +142,27 @@ class AbacusBias(nn.Module):
         return spent @ table.repeat_interleave(B // M, dim=0).to(weights.dtype)
 
 
-def rope_tables(positions: Tensor, head_dim: int, theta: float, dtype) -> tuple[Tensor, Tensor]:
-    """cos and sin of shape (T, head_dim), frequencies repeated for both halves."""
+def rope_tables(positions: Tensor, head_dim: int, theta: float, dtype) -> Tensor:
+    """Each position's rotation (T, head_dim, head_dim), for ``apply_rope``: the pair of
+    channels j and j + head_dim/2 turned by the position's angle at frequency j."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device) / head_dim)
     angles = positions.float()[:, None] * inv_freq[None, :]
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    angles = torch.cat([angles, angles], dim=-1)  # (T, head_dim)
+    # x @ swap = cat([-x2, x1]): the halves swapped, the first negated
+    half = torch.arange(head_dim // 2, device=positions.device)
+    swap = torch.zeros(head_dim, head_dim, device=positions.device)
+    swap[half + head_dim // 2, half], swap[half, half + head_dim // 2] = -1.0, 1.0
+    # x @ R[t] = x * cos + cat([-x2, x1]) * sin, as a matrix: the columns of swap scaled by sin
+    rotations = torch.diag_embed(angles.cos()) + swap * angles.sin()[:, None, :]
+    return rotations.to(dtype)
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate each pair of halves of ``x`` (B, nh, T, hs) by its position's angle."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+def apply_rope(x: Tensor, rotations: Tensor) -> Tensor:
+    """Rotate each pair of halves of ``x`` (B, nh, T, hs) by its position's angle, in the
+    rotations' precision whatever autocast does (bf16 queries meet fp32 tables in fp32).
+
+    One small matmul per position rather than the elementwise ``x * cos + rotate_half(x) * sin``:
+    the same result to fp32's rounding, and on CPU the elementwise form's six passes over
+    memory cost 1.5x the matmul, forward and backward (docs/notes/kernels.md)."""
+    with torch.autocast(x.device.type, enabled=False):
+        return torch.einsum("bnth,thg->bntg", x.to(rotations.dtype), rotations)
