@@ -40,12 +40,15 @@ class MemberEmbedding(nn.Module):
 
     def forward(self, idx: Tensor) -> Tensor:
         members, n_embeddings, d = self.weight.shape
-        if members == 1:
-            return F.embedding(idx, self.weight[0])
-        # one lookup in the members' tables laid end to end
-        shift = torch.arange(members, device=idx.device) * n_embeddings
-        shifted = idx + shift.view(members, *([1] * (idx.dim() - 1)))
-        return F.embedding(shifted, self.weight.view(members * n_embeddings, d))
+        table = self.weight.view(members * n_embeddings, d)  # the members' tables end to end
+        if members > 1:  # each member's tokens look up its own table
+            shift = torch.arange(members, device=idx.device) * n_embeddings
+            idx = idx + shift.view(members, *([1] * (idx.dim() - 1)))
+        if idx.device.type != "cpu":  # embedding's backward: deterministic on CUDA
+            return F.embedding(idx, table)
+        # on CPU the gradient by index_select's backward (index_add_) costs a third of
+        # embedding's, the same sums in the same order (docs/notes/kernels.md)
+        return table.index_select(0, idx.flatten()).view(*idx.shape, d)
 
 
 class MemberLayerNorm(nn.Module):
