@@ -44,14 +44,11 @@ def attention(
         torch.is_autocast_enabled("cpu") or S < CPU_SHORT_ROW
     )
     if relative_values is not None or len(set(rates)) > 1 or cpu_explicit:
-        # scale and mask inside the matmul (its alpha and its added input): on CPU two passes
-        # over the scores fewer, forward and backward (docs/notes/kernels.md)
-        # the causal bias (T, S) broadcasts over the rows; a given bias holds the mask already
-        bias = causal_bias(T, t_past, q) if bias is None else bias.flatten(0, 1)
-        lead = q.shape[:2]
-        scale = 1.0 / math.sqrt(q.shape[-1])
-        scores = torch.baddbmm(bias, q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2), alpha=scale)
-        scores = scores.view(*lead, T, S)  # (B, nh, T, S)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, nh, T, S)
+        if bias is None:
+            scores = scores.masked_fill(~causal_mask(T, t_past, q.device), float("-inf"))
+        else:
+            scores = scores + bias
         weights = softmax_fp32(scores).to(scores.dtype)
         weights = member_dropout(weights, rates, training=True)
         y = weights @ v
@@ -84,14 +81,6 @@ def softmax_fp32(scores: Tensor) -> Tensor:
         return scores.softmax(dim=-1, dtype=torch.float32)
     padded = F.pad(scores.float(), (0, CPU_SHORT_ROW - n_keys), value=float("-inf"))
     return padded.softmax(dim=-1)[..., :n_keys]
-
-
-def causal_bias(T: int, t_past: int, like: Tensor) -> Tensor:
-    """(T, t_past + T) in ``like``'s dtype: 0 where a new token may attend (``causal_mask``),
-    -inf elsewhere."""
-    hidden = ~causal_mask(T, t_past, like.device)
-    zeros = torch.zeros(hidden.shape, dtype=like.dtype, device=like.device)
-    return zeros.masked_fill(hidden, float("-inf"))
 
 
 def causal_mask(T: int, t_past: int, device: torch.device) -> Tensor:
