@@ -148,7 +148,7 @@ def rope_tables(positions: Tensor, head_dim: int, theta: float, dtype) -> Tensor
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device) / head_dim)
     angles = positions.float()[:, None] * inv_freq[None, :]
     angles = torch.cat([angles, angles], dim=-1)  # (T, head_dim)
-    # x @ swap = cat([-x2, x1]): the halves swapped, the first negated
+    # x @ swap = cat([-x2, x1]): the halves swapped, and the half moved to the front negated
     half = torch.arange(head_dim // 2, device=positions.device)
     swap = torch.zeros(head_dim, head_dim, device=positions.device)
     swap[half + head_dim // 2, half], swap[half, half + head_dim // 2] = -1.0, 1.0
