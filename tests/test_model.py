@@ -9,13 +9,7 @@ from arith.model.attention import attention, causal_mask, softmax_fp32
 from arith.model.gpt import GPT, CausalSelfAttention, ModelConfig
 from arith.model.kv_cache import KVCache
 from arith.model.members import member_dropout
-from arith.model.positions import (
-    abacus_index,
-    apply_rope,
-    clipped_differences,
-    digit_run_index,
-    rope_tables,
-)
+from arith.model.positions import abacus_index, clipped_differences, digit_run_index
 from arith.training.cost import flops_per_token, n_params
 
 POSITIONS = ["learned", "rope", "abacus", "abacus_bias", "none"]
@@ -393,38 +387,3 @@ def test_cpu_attention_on_short_rows_is_the_fused_kernels(t_new, t_past):
     mask = causal_mask(t_new, t_past, q.device)
     fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(attention(q, k, v, (0.0,)), fused, atol=1e-6, rtol=1e-5)
-
-
-def _rope_by_halves(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """The textbook rotary embedding (Su et al. 2021, halves layout), elementwise, in fp32."""
-    hs = x.shape[-1]
-    inv_freq = 1.0 / theta ** (torch.arange(0, hs, 2) / hs)
-    angles = positions.float()[:, None] * inv_freq[None, :]
-    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return x.float() * cos + torch.cat([-x2, x1], dim=-1) * sin
-
-
-@pytest.mark.parametrize("hs", [8, 32])
-def test_rope_as_rotation_matrices_is_the_elementwise_rotation(hs):
-    torch.manual_seed(0)
-    positions = torch.arange(5, 14)  # after a cached prefix, as decoding meets them
-    x = torch.randn(3, 4, len(positions), hs)
-    rotations = rope_tables(positions, hs, 100.0, torch.float32)
-    expected = _rope_by_halves(x, positions, 100.0)
-    torch.testing.assert_close(apply_rope(x, rotations), expected, rtol=0, atol=1e-5)
-    # under bf16 autocast the rotation stays in fp32: what the elementwise form promoted to
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        rotated = apply_rope(x.bfloat16(), rotations)
-    assert rotated.dtype == torch.float32
-    torch.testing.assert_close(
-        rotated, _rope_by_halves(x.bfloat16(), positions, 100.0), atol=1e-5, rtol=0
-    )
-    # what makes it rotary: a query and a key meet by their distance, not their positions
-    q, k = torch.randn(hs), torch.randn(hs)
-    every = rotations.shape[0]
-
-    def at(v: torch.Tensor, p: int) -> torch.Tensor:
-        return apply_rope(v.view(1, 1, 1, hs).expand(1, 1, every, hs), rotations)[0, 0, p]
-
-    torch.testing.assert_close(at(q, 4) @ at(k, 1), at(q, 7) @ at(k, 4), atol=1e-4, rtol=0)

@@ -163,6 +163,6 @@ def apply_rope(x: Tensor, rotations: Tensor) -> Tensor:
 
     One small matmul per position rather than the elementwise ``x * cos + rotate_half(x) * sin``:
     the same result to fp32's rounding, and on CPU the elementwise form's six passes over
-    memory cost 1.5x the matmul, forward and backward (docs/notes/kernels.md)."""
+    memory cost 1.2-1.5x the matmul, forward and backward (docs/notes/kernels.md)."""
     with torch.autocast(x.device.type, enabled=False):
         return torch.einsum("bnth,thg->bntg", x.to(rotations.dtype), rotations)
