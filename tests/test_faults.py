@@ -99,7 +99,12 @@ def test_worker_killed_and_diverging_trial(tmp_path):
                 return name, last["pid"]
         return None
 
+    temp_before = set(Path(tempfile.gettempdir()).glob("arith-trial-*"))
     victim, pid = _kill_a_worker_mid_run(tmp_path, uri, [], running_trial_at_step_20)
+    # the killed worker's working folder was in its trial's folder, which the end of the sweep
+    # pruned: nothing left in the system's temporary folder or in the outputs
+    assert set(Path(tempfile.gettempdir()).glob("arith-trial-*")) == temp_before
+    assert not list(experiment_dir.glob("*/arith-trial-*"))
 
     # Retried from its last checkpoint: a new worker, and step 0 (the start) reported only once.
     lines = result_lines(experiment_dir)[victim]

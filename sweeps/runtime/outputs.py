@@ -87,18 +87,19 @@ def prune_checkpoints(results) -> int:
     """Delete the checkpoints of a finished sweep's trials that ended well, but each trial's
     last (its models are in MLflow; a finished sweep resumes nothing, and an --extend trains
     in a Tune experiment of its own); errored trials keep theirs for a --resume that restarts
-    them. The working folders that killed pack workers left go too. Local storage only.
+    them. The working folders that killed workers left go too. Local storage only.
     Returns the bytes freed."""
     import shutil
 
-    from sweeps.runtime.trainable import PACK_SCRATCH
+    from sweeps.runtime.trainable import PACK_SCRATCH, TRIAL_SCRATCH
 
     freed = 0
     for result in results:
         trial_dir = Path(str(getattr(result, "path", "") or ""))
-        for scratch in trial_dir.glob(f"{PACK_SCRATCH}*") if trial_dir.is_dir() else ():
-            freed += folder_bytes(scratch)  # a pack worker's, killed before it could clean up
-            shutil.rmtree(scratch, ignore_errors=True)
+        for prefix in (TRIAL_SCRATCH, PACK_SCRATCH) if trial_dir.is_dir() else ():
+            for scratch in trial_dir.glob(f"{prefix}*"):
+                freed += folder_bytes(scratch)  # a worker's, killed before it could clean up
+                shutil.rmtree(scratch, ignore_errors=True)
         if result.error is not None or result.checkpoint is None or not trial_dir.is_dir():
             continue
         last = Path(result.checkpoint.path).name

@@ -21,8 +21,8 @@ from sweeps.tracking.summary import RAY_KEY
 # train() marks its last report "done": 1, which Tune would take as "stop this trial now",
 # before the summary report; the checkpoint path is not a metric.
 _NOT_REPORTED = ("done", "checkpoint")
-PACK_SCRATCH = "arith-pack-"
-"""The prefix of a pack trial's working folder (its checkpoint before Tune copies it)."""
+TRIAL_SCRATCH, PACK_SCRATCH = "arith-trial-", "arith-pack-"
+"""The prefixes of a trial's and a pack trial's working folder (``working_folder``)."""
 
 
 def reportable(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -47,6 +47,17 @@ def summary_report(summary: dict[str, Any], ray_version: str | None = None) -> d
     return out
 
 
+def working_folder(prefix: str) -> tempfile.TemporaryDirectory:
+    """A trial's working folder (its checkpoint before Tune copies it), in the trial's own
+    folder rather than the system's temporary one: a worker killed mid-run leaves it where the
+    sweep's files are, and the end of the sweep prunes it (``outputs.prune_checkpoints``), not
+    in /tmp for good. Where the trial's folder is not on this node, the temporary folder."""
+    from ray import tune
+
+    trial_dir = Path(tune.get_context().get_trial_dir())
+    return tempfile.TemporaryDirectory(prefix=prefix, dir=trial_dir if trial_dir.is_dir() else None)
+
+
 def train_trial(
     config: dict[str, Any],
     base: dict[str, Any],
@@ -68,7 +79,7 @@ def train_trial(
 
     check_granted_gpu()  # a GPU granted that torch cannot see: one line, not a CPU trial
     run_config = resolve_run_config(base, config, derived)
-    with tempfile.TemporaryDirectory(prefix="arith-trial-") as tmp:
+    with working_folder(TRIAL_SCRATCH) as tmp:
         resume_from = None
         restored = tune.get_checkpoint()
         if restored is not None:
@@ -119,11 +130,7 @@ def train_pack_trial(
     check_granted_gpu()
     members = packs[config[PACK_KEY]]
     run_configs = [resolve_run_config(base, m.point, derived) for m in members]
-    # In the trial's folder, not the system's temporary one: a worker killed mid-run leaves it
-    # where the sweep's own files are (the end of the sweep prunes it), not in /tmp for good.
-    trial_dir = Path(tune.get_context().get_trial_dir())
-    scratch = trial_dir if trial_dir.is_dir() else None
-    with tempfile.TemporaryDirectory(prefix=PACK_SCRATCH, dir=scratch) as tmp:
+    with working_folder(PACK_SCRATCH) as tmp:
         resume_from = None
         restored = tune.get_checkpoint()
         if restored is not None:
