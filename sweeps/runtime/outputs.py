@@ -95,8 +95,11 @@ def prune_checkpoints(results) -> int:
 
     freed = 0
     for result in results:
-        trial_dir = Path(str(getattr(result, "path", "") or ""))
-        for prefix in (TRIAL_SCRATCH, PACK_SCRATCH) if trial_dir.is_dir() else ():
+        path = getattr(result, "path", None)
+        if not path:  # no trial folder: Path("") would be the working directory
+            continue
+        trial_dir = Path(str(path))
+        for prefix in (TRIAL_SCRATCH, PACK_SCRATCH):  # a missing folder globs to nothing
             for scratch in trial_dir.glob(f"{prefix}*"):
                 freed += folder_bytes(scratch)  # a worker's, killed before it could clean up
                 shutil.rmtree(scratch, ignore_errors=True)
