@@ -193,7 +193,7 @@ def train_pack(
     members, model = build_pack(configs, device)
     views = model.member_views()  # each member as a model of its own, for its evaluations
     optimizer = PackedAdamW(model, [c.optim for c in configs], [m.max_steps for m in members])
-    autocast = autocast_for(device, first.precision)
+    autocast = autocast_for(device, first.precision, configs[0].model.d_model)
     peak = first.peak_flops or device_peak(device, autocast)
     for member in members:
         member.meter.peak_flops = peak
@@ -267,7 +267,7 @@ def train_pack(
 
     dataset = members[0].dataset
     counts = n_params(configs[0].model, len(dataset.format.vocab), dataset.train_seq_len())
-    hardware = hardware_record(device, first.precision)
+    hardware = hardware_record(device, first.precision, configs[0].model.d_model)
     return [{**summarise(m, counts), **hardware} for m in members]
 
 

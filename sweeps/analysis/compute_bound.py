@@ -29,11 +29,12 @@ class SweepBound:
 
 
 def trial_precision(trials: pd.DataFrame) -> pd.Series:
-    """Each trial's precision: ``auto`` trains in fp32 on a CPU
-    (arith.training.hardware.autocast_for),
-    which is where this bound is taken."""
-    precision = trials.get("train.precision", pd.Series("fp32", index=trials.index))
-    return precision.fillna("fp32").replace({"auto": "fp32"})
+    """Each trial's precision as it trained: its ``hardware.precision`` record, else (runs from
+    before the record) ``train.precision`` with ``auto`` as fp32."""
+    asked = trials.get("train.precision", pd.Series("fp32", index=trials.index))
+    asked = asked.fillna("fp32").replace({"auto": "fp32"})
+    recorded = trials.get("hardware.precision")
+    return asked if recorded is None else recorded.fillna(asked)
 
 
 def trial_mfu(trials: pd.DataFrame, peaks: dict[str, float]) -> pd.DataFrame:
