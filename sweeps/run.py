@@ -17,9 +17,6 @@ from pathlib import Path
 
 from arith.errors import ConfigError
 from sweeps.cli import ArgumentParser
-from sweeps.runtime.driver import run_sweep
-from sweeps.runtime.dry_run import dry_run_text
-from sweeps.spec.sweep_spec import load_spec
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -95,6 +92,10 @@ def mode_error(args: argparse.Namespace) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Imported here, inside run_main: a Ctrl-C during these seconds of imports is one line.
+    from sweeps.runtime.driver import run_sweep
+    from sweeps.spec.sweep_spec import load_spec
+
     try:
         spec = load_spec(args.spec, args.overrides)
     except ConfigError as err:
@@ -126,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dry_run(spec, args: argparse.Namespace, out_dir: Path, uri: str) -> int:
     """The trials; with --extend, which it reuses and which it trains (read from MLflow)."""
+    from sweeps.runtime.dry_run import dry_run_text
+
     text = dry_run_text(spec)
     if args.extend:
         from sweeps.runtime.extend import preview

@@ -1,13 +1,10 @@
 """Sweeps on an existing Ray cluster: a real two-node cluster on this machine, a real job
 submitted through Ray's job API, a real ``mlflow server`` on 127.0.0.1.
 
-The cluster is a head and a worker started with ``ray start`` as separate Ray nodes (separate
-raylets, object stores and temp dirs) on this one machine. Ray advertises this machine's own
-interface address rather than 127.0.0.1 for its nodes; traffic stays on the machine. Both nodes
-see the same local disk, so here a local path IS shared storage, which the sweep is told with
-``--storage-shared``. Token authentication is on, with a token made for the test, as a cluster
-should run. Cleanup stops exactly the processes these nodes started (by session and temp dir),
-never ``ray stop``, which would stop every Ray on the machine.
+The cluster is a head and a worker started with ``ray start`` (``tests/ray_cluster.py``). Both
+nodes see the same local disk, so here a local path IS shared storage, which the sweep is told
+with ``--storage-shared``. Token authentication is on, with a token made for the test, as a
+cluster should run.
 
 The KubeRay and Slurm templates cannot run here (no Kubernetes, no Slurm): their test only
 checks that the YAML is a well-formed RayJob and that the batch script parses (``bash -n``).
@@ -15,150 +12,31 @@ checks that the YAML is a well-formed RayJob and that the batch script parses (`
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
-import secrets
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
+from ray_cluster import (
+    BIN,
+    ROOT,
+    SMOKE,
+    LocalCluster,
+    _session_pids,
+    has_token_auth,
+    run_module,
+    start_default_head,
+)
 from sweep_procs import error_lines
 
-ROOT = Path(__file__).resolve().parents[1]
-SMOKE = ROOT / "search_spaces" / "smoke.yaml"
-BIN = Path(sys.executable).parent
 # Short trials keep the cluster tests short, one trial per node at a time; SPREAD makes them
 # long enough (a few seconds) that a second worker starts before the first has run them all.
 SMALL = ["--set", "base.train.max_steps=10", "--set", "base.train.eval_every=5"]
 SPREAD = ["--set", "base.train.max_steps=800", "--set", "base.train.eval_every=400"]
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _session_pids(sid: int, marker: str) -> set[int]:
-    """Processes of a session we created, or whose command line names our temp dir."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="ignore")
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[3]) == sid or marker in cmdline:
-            pids.add(int(entry.name))
-    return pids - {os.getpid()}
-
-
-def _stop(sids: list[int], markers: list[str]) -> None:
-    def alive() -> set[int]:
-        found: set[int] = set()
-        for sid, marker in zip(sids, markers, strict=True):
-            found |= _session_pids(sid, marker)
-        return found
-
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in alive():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + 4
-        while alive() and time.monotonic() < deadline:
-            time.sleep(0.3)
-
-
-class LocalCluster:
-    """A head (with the dashboard, for the job API) and a worker node, both 1 CPU."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.port, self.dashboard_port = free_port(), free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
-        # Short temp dirs: Ray's socket paths must stay under ~107 characters. One per node, as
-        # on separate machines: nodes sharing a runtime-env folder delete each other's files.
-        self.temp_dirs = [f"/tmp/rayt{self.port}h", f"/tmp/rayt{self.port}w"]
-        self.env = {
-            **os.environ,
-            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN": secrets.token_hex(32),
-            "RAY_USAGE_STATS_ENABLED": "0",
-        }
-        self.env.pop("RAY_ADDRESS", None)
-        self.env.pop("MLFLOW_TRACKING_URI", None)
-        self.tmp = tmp
-        self.sids: list[int] = []
-
-    def start(self) -> None:
-        common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
-        head = ["--head", "--port", str(self.port), "--temp-dir", self.temp_dirs[0]]
-        dashboard = ["--include-dashboard=true", "--dashboard-host", "127.0.0.1"]
-        # Each node's dashboard agent on a free port: the default (52365) may be held by another
-        # Ray on this machine, and then the job API answers "No available agent".
-        head += ["--dashboard-agent-listen-port", str(free_port())]
-        worker = ["--address", self.address, "--temp-dir", self.temp_dirs[1]]
-        worker += ["--dashboard-agent-listen-port", str(free_port())]
-        self._ray_start([*head, *dashboard, "--dashboard-port", str(self.dashboard_port), *common])
-        self._ray_start([*worker, *common])
-
-    def _ray_start(self, args: list[str]) -> None:
-        log = self.tmp / f"ray-start-{len(self.sids)}.log"
-        with log.open("w") as out:
-            proc = subprocess.Popen(
-                [str(BIN / "ray"), "start", *args],
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            self.sids.append(proc.pid)  # its session id: new session, so sid == pid
-            code = proc.wait(timeout=120)
-        assert code == 0, log.read_text()[-3000:]
-
-    def stop(self) -> None:
-        _stop(self.sids, self.temp_dirs)
-        for temp_dir in self.temp_dirs:  # Ray's session logs; the test's tmp_path keeps its own
-            shutil.rmtree(temp_dir, ignore_errors=True)
-
-    def node_ids(self, pids: set[int], wait_s: float = 30.0) -> dict[int, str]:
-        """pid -> node id of the worker processes ``pids`` (alive or dead), from Ray's state
-        API: its trial actors, and its workers where an actor's record lacks one (one CI run
-        once missed a trial's pid in the actor list right after the sweep; its records are
-        gathered asynchronously, so this asks again until every pid is known or ``wait_s``
-        passes)."""
-        code = (
-            "from ray.util.state import list_actors, list_workers\n"
-            f"kw = dict(address={self.dashboard!r}, detail=True, limit=10000)\n"
-            "found = {w.pid: w.node_id for w in list_workers(**kw)}\n"
-            "acts = list_actors(filters=[('class_name', '=', 'ImplicitFunc')], **kw)\n"
-            "found |= {a.pid: a.node_id for a in acts if a.pid}\n"
-            "print(found)\n"
-        )
-        deadline = time.monotonic() + wait_s
-        while True:
-            out = subprocess.run(
-                [sys.executable, "-c", code], env=self.env, capture_output=True, text=True,
-                timeout=60,
-            )  # fmt: skip
-            assert out.returncode == 0, out.stderr[-2000:]
-            found = yaml.safe_load(out.stdout.strip().splitlines()[-1])
-            if pids <= set(found) or time.monotonic() > deadline:
-                return found
-            time.sleep(2)
 
 
 @pytest.fixture(scope="module")
@@ -174,17 +52,6 @@ def cluster(tmp_path_factory):
     for sid, marker in zip(local.sids, local.temp_dirs, strict=True):
         left |= _session_pids(sid, marker)
     assert not left, f"processes left behind: {left}"
-
-
-def run_module(module: str, *args: str, env: dict, cwd: Path, timeout: int = 240):
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _children(tracking_uri: str, name: str = "smoke"):
@@ -331,10 +198,11 @@ def test_templates_are_well_formed():
 
 def test_ray_job_submit_by_hand_runs_the_sweep(cluster, tmp_path):
     """docs/clusters.md's manual path: Ray's own ``ray job submit --working-dir .`` with the
-    sweep as the entrypoint, no sweeps.submit involved."""
+    sweep as the entrypoint, no sweeps.submit involved, and no ``--address``: inside a Ray job
+    the sweep joins the job's cluster, as ``ray.init()`` does."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     entrypoint = [
-        "python", "-m", "sweeps.run", "search_spaces/smoke.yaml", *SMALL, "--address", "auto",
+        "python", "-m", "sweeps.run", "search_spaces/smoke.yaml", *SMALL,
         "--storage-shared", "--out", str(tmp_path / "out"), "--tracking-uri", uri,
     ]  # fmt: skip
     result = subprocess.run(
@@ -350,40 +218,12 @@ def test_ray_job_submit_by_hand_runs_the_sweep(cluster, tmp_path):
     assert (tmp_path / "out" / "smoke" / "table.md").is_file()
 
 
-@functools.cache
-def has_token_auth() -> bool:
-    """Whether this Ray has token authentication, by its CLI (2.60 has; 2.50, the oldest the
-    project supports, has none: its default head asks for no token)."""
-    found = subprocess.run([str(BIN / "ray"), "get-auth-token", "--help"], capture_output=True)
-    return found.returncode == 0
-
-
 @pytest.fixture(scope="module")
 def default_head(tmp_path_factory):
-    """A one-node head started the default way (``ray start --head``, no RAY_AUTH_* set) on a
-    machine where Ray once wrote its token file (``ray get-auth-token --generate``, as a local
-    ``ray.init()`` does): HOME is a temp dir, so the user's ~/.ray is not involved. Yields
-    (the head, the environment of a user of that machine)."""
-    tmp = tmp_path_factory.mktemp("default_head")
-    head = LocalCluster(tmp)
-    head.temp_dirs = head.temp_dirs[:1]
-    home = tmp / "home"
-    home.mkdir()
-    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
-        head.env.pop(name, None)
-    head.env["HOME"] = str(home)
-    if has_token_auth():
-        made = subprocess.run(
-            [str(BIN / "ray"), "get-auth-token", "--generate"], env=head.env, capture_output=True
-        )
-        assert made.returncode == 0 and (home / ".ray" / "auth_token").is_file(), made.stderr
-    args = ["--head", "--port", str(head.port), "--temp-dir", head.temp_dirs[0]]
-    args += ["--include-dashboard=true", "--dashboard-host", "127.0.0.1"]
-    args += ["--dashboard-port", str(head.dashboard_port)]
-    args += ["--dashboard-agent-listen-port", str(free_port())]
-    args += ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+    """A head started the default way (``ray_cluster.start_default_head``); yields (the head,
+    the environment of a user of that machine)."""
+    head = start_default_head(tmp_path_factory.mktemp("default_head"))
     try:
-        head._ray_start(args)
         yield head, head.env
     finally:
         head.stop()

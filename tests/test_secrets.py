@@ -57,3 +57,44 @@ def test_a_token_over_plain_http_to_another_machine_is_warned_about(address, war
     assert auth.warn_plain_http(address) is warns
     err = capsys.readouterr().err
     assert (err.count("\n") == 1 and err.startswith("warning: ")) if warns else err == ""
+
+
+def _shell_reads(argument: str, env: dict[str, str]) -> str:
+    """What bash makes of ``argument`` in ``env``."""
+    import subprocess
+
+    done = subprocess.run(
+        ["bash", "-c", f"printf %s {argument}"], env=env, capture_output=True, text=True
+    )
+    return done.stdout
+
+
+def test_the_resume_command_names_the_variable_that_holds_a_password(tmp_path, monkeypatch):
+    """A stopped sweep's --resume command works as pasted: every option it needs, and a
+    password as the variable that holds it, never printed, never ``***``."""
+    from sweeps.runtime.rerun import resume_command
+
+    out = tmp_path / "out" / "smoke"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    lines = resume_command(
+        out, SECRET_URI, address="ray://head:10001", storage="s3://b/x", storage_shared=True
+    )
+    text = "\n".join(lines)
+    assert "s3cret" not in text and "***" not in text
+    assert lines[0].startswith("export MLFLOW_TRACKING_PASSWORD=")
+    command = lines[-1]
+    for part in ("--address ray://head:10001", "--storage s3://b/x", "--storage-shared"):
+        assert part in command
+    assert command.endswith("--resume")
+    argument = command.split("--tracking-uri ", 1)[1].split(" --address")[0]
+    assert _shell_reads(argument, {"MLFLOW_TRACKING_PASSWORD": "s3cret"}) == SECRET_URI
+
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")  # exported already: no reminder
+    assert len(resume_command(out, SECRET_URI)) == 1
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", SECRET_URI)  # the URI itself from the variable
+    (command,) = resume_command(out, SECRET_URI)
+    assert '--tracking-uri "$MLFLOW_TRACKING_URI"' in command
+    plain = "sqlite:////tmp/my dir/mlflow.db"
+    (command,) = resume_command(out, plain)
+    assert "--tracking-uri 'sqlite:////tmp/my dir/mlflow.db'" in command

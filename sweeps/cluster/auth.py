@@ -50,15 +50,26 @@ def http_wants_token(address: str) -> bool:
     return False
 
 
-def gcs_wants_token(address: str) -> bool:
-    """Whether the cluster's GCS at ``host:port`` refuses a call without a token."""
+# A cheap call each server authenticates before it answers: the GCS's (host:port) and Ray
+# Client's (ray://host:port).
+_PROBES = {
+    "gcs": "/ray.rpc.NodeInfoGcsService/GetClusterId",
+    "ray": "/ray.rpc.RayletDriver/ClusterInfo",
+}
+
+
+def cluster_wants_token(address: str) -> bool:
+    """Whether the cluster at ``address`` refuses a call without a token: its GCS at
+    ``host:port``, or its Ray Client server at ``ray://host:port``. ``auto`` (the local head's
+    files) and anything unreachable: False (Ray decides, or the caller's own error says so)."""
     import grpc
 
-    if "://" in address or ":" not in address:
-        return False  # auto (from the local head's files) or ray:// (Ray Client): Ray decides
-    channel = grpc.insecure_channel(address)
+    scheme, _, target = address.rpartition("://")
+    if scheme not in ("", "ray") or ":" not in target:
+        return False
+    channel = grpc.insecure_channel(target)
     try:
-        call = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")
+        call = channel.unary_unary(_PROBES[scheme or "gcs"])
         call(b"", timeout=5)
     except grpc.RpcError as err:
         return err.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -5,8 +5,8 @@ Where things run. ``python -m sweeps.run --address ...`` is the driver: Tune's l
 MLflow callback run in it, so the tracking store must be reachable from the driver's machine
 only (a SQLite file there works). Trials run on any node, and write their checkpoints to Tune's
 storage path, which every node must reach: a shared filesystem path or a cloud URI. Submitted
-as a Ray job (``sweeps.submit`` or ``ray job submit``), the driver runs on the head node. Through
-Ray Client (``ray://``) Tune's loop runs on the head as well (Tune moves it there), so storage and
+as a Ray job (``sweeps.submit`` or ``ray job submit``), the driver runs on the head node; through
+Ray Client (``ray://``) too (``sweeps.runtime.on_head``), so the output folder, storage and
 tracking store must be reachable from the head.
 """
 
@@ -66,7 +66,7 @@ def connect(address: str) -> None:
     from sweeps.cluster import auth
 
     try:
-        auth.use_token("--address", address, auth.gcs_wants_token(address))
+        auth.use_token("--address", address, auth.cluster_wants_token(address))
     except ConfigError as err:
         raise ClusterError("--address", err.message) from None
     import ray
@@ -85,23 +85,21 @@ def connect(address: str) -> None:
 
 
 def is_ray_client(address: str | None) -> bool:
-    """``ray://HOST:PORT``: Ray Client, which runs Tune's loop on the cluster's head."""
+    """``ray://HOST:PORT``: Ray Client, through which the driver runs on the cluster's head
+    (``sweeps.runtime.on_head``)."""
     return bool(address) and address.startswith("ray://")
 
 
-def check_resume_address(address: str | None) -> None:
-    """``--resume`` restores Tune's saved state in this driver and gives it this process's
-    MLflow tracker (``sweeps.runtime.callbacks``); through Ray Client, Tune would restore on the
-    head, apart from that tracker. Refused before connecting."""
-    if is_ray_client(address):
-        host = address.removeprefix("ray://").split(":", 1)[0]
-        raise ClusterError(
-            "--address",
-            f"{address!r} is Ray Client, which cannot --resume (Tune would restore on the head, "
-            "apart from this driver's MLflow tracker); submit the resume as a job "
-            f"(python -m sweeps.submit SPEC --address http://{host}:8265 --resume) or run it on "
-            "the head with --address auto",
-        )
+def joined_address(address: str | None) -> str | None:
+    """The cluster a sweep joins: ``--address``, else, inside a Ray job or wherever
+    ``RAY_ADDRESS`` names a cluster (not a job API's http:// address), that one, as
+    ``ray.init()`` would; None: start a local Ray."""
+    if address:
+        return address
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env and not env.startswith(("http://", "https://")):
+        return env
+    return "auto" if in_submitted_job() else None
 
 
 def _connect_error(address: str, err: BaseException) -> str:
@@ -139,7 +137,7 @@ def alive_nodes() -> list[dict]:
     return [node for node in ray.nodes() if node.get("Alive")]
 
 
-def check_storage(path: str, *, shared: bool, via_client: bool = False) -> int:
+def check_storage(path: str, *, shared: bool) -> int:
     """Stop before anything starts when some trial could not reach Tune's storage path.
 
     A plain path is fine on a one-node cluster, or when declared shared (``--storage-shared``:
@@ -148,11 +146,11 @@ def check_storage(path: str, *, shared: bool, via_client: bool = False) -> int:
     n_nodes = len(alive_nodes())
     if is_remote_uri(path) or shared:
         return n_nodes
-    if n_nodes > 1 or via_client:
-        where = f"the cluster has {n_nodes} nodes" if n_nodes > 1 else "Tune runs on the head"
+    if n_nodes > 1:
         raise ClusterError(
             "--storage",
-            f"{path!r} is a path on one machine, but {where}; use a shared filesystem path "
+            f"{path!r} is a path on one machine, but the cluster has {n_nodes} nodes; use a "
+            "shared filesystem path "
             "(mounted on every node, with --storage-shared) or a cloud URI (s3://, gs://, ...)",
         )
     return n_nodes

@@ -22,6 +22,11 @@ things have no public counterpart, and they live here:
   token-authentication mode set later (``sweeps.cluster.auth``) takes effect only when its
   config reads them again (``ray._raylet.Config.initialize``).
 
+- ``autoscaler_node_types``: the node types a cluster's autoscaler reported to Ray (its
+  ``ClusterConfig`` in the GCS: each group's resources and largest count), the only record of
+  GPUs a cluster can add but has not yet; Ray Data's autoscaler reads them the same way
+  (``ray._private.state.state.get_cluster_config``).
+
 Tune changes such details between minor releases, so a sweep starts only on a Ray inside
 ``RAY_RANGE`` (both ends are tested in CI, each in its own virtual environment; pyproject.toml
 and docs/clusters.md state the same range): ``require_supported_ray`` is one line otherwise.
@@ -47,6 +52,26 @@ _NEEDED = [
     ("ray.train._internal.storage", "StorageContext", "experiment_driver_staging_path"),
     ("ray._raylet", "Config", "initialize"),
 ]
+
+
+def autoscaler_node_types() -> list[tuple[float, float, int]] | None:
+    """(CPUs, GPUs, most nodes) of each node type the cluster's autoscaler can start, as it
+    reported them to Ray; None where it reported none (no autoscaler, or an older one) or this
+    Ray cannot say. A group without a limit counts as 64 nodes."""
+    try:
+        from ray._private.state import state
+
+        config = state.get_cluster_config()
+    except Exception:  # no such call in this Ray, or the GCS did not answer: the nodes up
+        return None
+    if config is None or not config.node_group_configs:
+        return None
+    kinds = []
+    for group in config.node_group_configs:
+        resources = dict(group.resources)
+        most = group.max_count if group.max_count >= 0 else 64
+        kinds.append((float(resources.get("CPU", 0)), float(resources.get("GPU", 0)), most))
+    return kinds
 
 
 def reread_ray_config() -> None:

@@ -17,8 +17,10 @@ from pathlib import Path
 
 from sweeps.runtime import extend as extending
 from sweeps.runtime import preflight, tuning
+from sweeps.runtime import resume as resuming
 from sweeps.runtime.interrupt import ctrl_c_ignored
-from sweeps.runtime.outputs import finish
+from sweeps.runtime.outputs import finish, stopped_at_start
+from sweeps.runtime.rerun import resume_command
 from sweeps.runtime.tuner import build_tuner
 from sweeps.spec.sweep_spec import SweepSpec
 
@@ -40,17 +42,70 @@ def run_sweep(
     register: str | None = None,
 ) -> int:
     """Run (or with ``resume``, continue; with ``extend``, extend: ``sweeps.runtime.extend``)
-    the sweep and write its outputs; returns the exit code. ``timings`` (if given) receives the
-    seconds of each phase: startup (Ray, MLflow), tune, outputs. ``reuse_actors``: Tune's
-    setting (``sweeps.bench`` compares both). ``register``: a Model Registry name for the best
-    trial's model, registered once the sweep has ended well (``sweeps.tracking.registry``)."""
+    the sweep and write its outputs; returns the exit code. ``address``: a Ray cluster to join
+    (else ``RAY_ADDRESS`` where it names one, as in a Ray job; else a local Ray is started);
+    through Ray Client (``ray://``) the driver runs on the cluster's head
+    (``sweeps.runtime.on_head``). ``timings`` (if given) receives the seconds of each phase:
+    startup (Ray, MLflow), tune, outputs. ``reuse_actors``: Tune's setting (``sweeps.bench``
+    compares both). ``register``: a Model Registry name for the best trial's model, registered
+    once the sweep has ended well (``sweeps.tracking.registry``)."""
+    from sweeps.cluster import connection as cluster
+
+    _quiet_logs()
+    run = {
+        "spec": spec,
+        "out_dir": out_dir,
+        "tracking_uri": tracking_uri,
+        "address": cluster.joined_address(address),
+        "resume": resume,
+        "overwrite": overwrite,
+        "extend": extend,
+        "reuse_stale": reuse_stale,
+        "storage": storage,
+        "storage_shared": storage_shared,
+        "reuse_actors": reuse_actors,
+        "register": register,
+    }
+    # Made here, where the command runs: its environment says which variable holds a password.
+    run["resume_lines"] = resume_command(
+        out_dir,
+        tracking_uri,
+        address=run["address"],
+        storage=storage,
+        storage_shared=storage_shared,
+    )
+    if cluster.is_ray_client(run["address"]):
+        return _through_ray_client(run)
+    return drive(**run, timings=timings)
+
+
+def drive(
+    spec: SweepSpec,
+    out_dir: Path,
+    tracking_uri: str,
+    *,
+    address: str | None,
+    resume: bool,
+    overwrite: bool,
+    extend: bool,
+    reuse_stale: bool,
+    storage: str | None,
+    storage_shared: bool,
+    reuse_actors: bool,
+    register: str | None,
+    resume_lines: list[str],
+    timings: dict[str, float] | None = None,
+) -> int:
+    """The driver itself (``run_sweep``'s arguments; ``resume_lines``: what a Ctrl-C prints,
+    ``sweeps.runtime.rerun``): here, or on a cluster's head where Ray is already up
+    (``sweeps.runtime.on_head``)."""
     from sweeps.cluster import connection as cluster
 
     _quiet_logs()
     timings = {} if timings is None else timings
     start = time.perf_counter()
     modes = {"resume": resume, "overwrite": overwrite, "extend": extend}
-    begun = _before_ray(spec, out_dir, tracking_uri, address, storage, modes, reuse_stale)
+    begun = _before_ray(spec, out_dir, tracking_uri, storage, modes, reuse_stale)
     if begun is None:
         return 2
     parent_id, plan = begun
@@ -61,26 +116,36 @@ def run_sweep(
     connect = started_ray and address
     if connect and not preflight.connect_cluster(address, storage, shared=storage_shared):
         return 2
-    if not _gpus_found(spec, disconnect=bool(connect)):
-        return 2
-    slots = tuning.uses_slots(spec, started_ray and not address)
-    _note_max_concurrent(spec, address, slots)
-    tuner, tracker = build_tuner(
-        spec,
-        out_dir,
-        tracking_uri,
-        resume=resume,
-        storage=storage,
-        reuse_actors=reuse_actors,
-        slots=slots,
-        points=None if plan is None else plan.split.train,
+    local_ray = started_ray and not address
+    continuing = resume or extend
+    placement = _place(
+        spec, out_dir, continuing=continuing, local=local_ray, disconnect=bool(connect)
     )
-    _start(spec, tracker, out_dir, parent_id, local_ray=started_ray and not address, slots=slots)
-    if plan is not None:
-        extending.apply(spec, tracker, plan)
-    timings["startup"] = time.perf_counter() - start
+    if placement is None:
+        return 2
+    slots = tuning.uses_slots(spec, local_ray)
+    _note_max_concurrent(spec, address, slots)
+    tracker = None
     try:
-        code = finish(spec, tuner, tracker, out_dir, timings)
+        # A Ctrl-C here, before Tune runs, leaves what --resume starts afresh (stopped_at_start).
+        tuner, tracker = build_tuner(
+            spec,
+            out_dir,
+            tracking_uri,
+            resume=resume and resuming.can_resume(spec, out_dir, storage),
+            storage=storage,
+            reuse_actors=reuse_actors,
+            slots=slots,
+            points=None if plan is None else plan.split.train,
+            placement=placement,
+        )
+        _start(spec, tracker, out_dir, parent_id, placement, local_ray=local_ray, slots=slots)
+        if plan is not None:
+            extending.apply(spec, tracker, plan)
+        timings["startup"] = time.perf_counter() - start
+        code = finish(spec, tuner, tracker, out_dir, timings, resume_lines)
+    except KeyboardInterrupt:
+        return stopped_at_start(spec, tracker, resume_lines)
     finally:
         if started_ray:
             with ctrl_c_ignored():
@@ -88,6 +153,33 @@ def run_sweep(
     if register is not None and code == 0:
         code = _register(tracking_uri, tracker.parent_run_id, register)
     return code
+
+
+def _through_ray_client(run: dict) -> int:
+    """The sweep ``run`` through Ray Client: what can be checked here (Ray's version, the form
+    of the store's URI and of the storage), the connection (its token sent), the storage the
+    cluster's nodes must share, then the driver on the head (``sweeps.runtime.on_head``)."""
+    import ray
+
+    from sweeps.cluster import connection as cluster
+    from sweeps.cluster import tunefix
+    from sweeps.runtime.on_head import run_on_head
+
+    try:
+        tunefix.require_supported_ray()
+        preflight.check_tracking_uri(run["tracking_uri"])
+        preflight.check_storage_uri(run["storage"])
+    except preflight.refusals() as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    storage = cluster.storage_path(run["storage"], run["out_dir"])
+    if not preflight.connect_cluster(run["address"], storage, shared=run["storage_shared"]):
+        return 2
+    try:
+        return run_on_head(run, tty=sys.stderr.isatty())
+    finally:
+        with ctrl_c_ignored():
+            ray.shutdown()  # disconnects; the cluster stays
 
 
 def _register(tracking_uri: str, parent_run_id: str, name: str) -> int:
@@ -110,7 +202,6 @@ def _before_ray(
     spec: SweepSpec,
     out_dir: Path,
     tracking_uri: str,
-    address: str | None,
     storage: str | None,
     modes: dict[str, bool],
     reuse_stale: bool,
@@ -119,9 +210,7 @@ def _before_ray(
     this project does not support, a store that cannot be reached, nothing to resume or to
     extend, is one line before Ray starts."""
     try:
-        parent_id = preflight.check_before_ray(
-            spec, out_dir, tracking_uri, address, storage, **modes
-        )
+        parent_id = preflight.check_before_ray(spec, out_dir, tracking_uri, storage, **modes)
         if not modes["extend"]:
             return parent_id, None
         plan = extending.begin(spec, out_dir, tracking_uri, storage, reuse_stale=reuse_stale)
@@ -131,28 +220,33 @@ def _before_ray(
         return None
 
 
-def _gpus_found(spec: SweepSpec, *, disconnect: bool) -> bool:
-    """A GPU asked for on a cluster without one is one line (False) before MLflow records
-    anything; ``gpu: auto``'s share is said where it is above 0 (``sweeps.runtime.placement``)."""
+def _place(spec: SweepSpec, out_dir: Path, *, continuing: bool, local: bool, disconnect: bool):
+    """The sweep's placement (``sweeps.runtime.placement``): the one ``sweep.json`` saved when
+    it started, for a sweep it continues, else decided now on the cluster (this machine, for
+    the local Ray it starts) and said in one line where it is not the plain CPU one. None (the
+    line printed) when it asks for a GPU that is not there."""
     import ray
 
-    from sweeps.runtime import placement
+    from sweeps.runtime import placement as placing
+    from sweeps.runtime.cluster_view import read_cluster, this_machine
+    from sweeps.runtime.state import read_state
 
-    cluster = placement.cluster_resources()
-    refusal = placement.gpu_refusal(spec, cluster)
+    saved = read_state(out_dir).get("placement") if continuing else None
+    if saved:
+        placement = placing.Placement.from_state(saved)
+        if not local or placement.gpu > 0:
+            print(f"{placement.describe()}, when the sweep started", file=sys.stderr)
+        return placement
+    placement = placing.resolve(spec, this_machine() if local else read_cluster())
+    refusal = placing.gpu_refusal(spec, placement)
     if refusal is not None:
         if disconnect:
             ray.shutdown()
         print(f"error: {refusal}", file=sys.stderr)
-        return False
-    share = placement.resolved_gpu(spec, cluster)
-    if spec.sweep.resources.gpu == "auto" and share > 0:
-        print(
-            f"note: sweep.resources.gpu auto: {share:.4g} GPU per trial "
-            f"({cluster['GPU']:g} GPUs, {cluster['CPU']:g} CPUs; {placement.GPU_AUTO_RULE})",
-            file=sys.stderr,
-        )
-    return True
+        return None
+    if not local or placement.gpu > 0:
+        print(placement.describe(), file=sys.stderr)
+    return placement
 
 
 def _note_max_concurrent(spec: SweepSpec, address: str | None, slots: bool) -> None:
@@ -166,18 +260,26 @@ def _note_max_concurrent(spec: SweepSpec, address: str | None, slots: bool) -> N
 
 
 def _start(
-    spec: SweepSpec, tracker, out_dir: Path, parent_id: str | None, *, local_ray: bool, slots: bool
+    spec: SweepSpec,
+    tracker,
+    out_dir: Path,
+    parent_id: str | None,
+    placement,
+    *,
+    local_ray: bool,
+    slots: bool,
 ) -> None:
-    """Start (or attach to, resuming) the parent run and, with ``local_ray``, the local Ray."""
+    """Start (or attach to, resuming) the parent run, the sweep's ``placement`` saved with it,
+    and, with ``local_ray``, the local Ray."""
     from sweeps.runtime import parent as parents
 
     # A fresh MLflow database spends seconds creating its tables, Ray seconds starting its
     # processes: do both at once.
     with ThreadPoolExecutor(max_workers=1) as pool:
         if parent_id is not None:
-            parent = pool.submit(parents.attach, tracker, parent_id)
+            parent = pool.submit(parents.attach, tracker, parent_id, out_dir, placement)
         else:
-            parent = pool.submit(parents.start_parent, tracker, spec, out_dir)
+            parent = pool.submit(parents.start_parent, tracker, spec, out_dir, placement)
         if local_ray:
             # Ray takes ~10 s to start its processes; say so rather than sit silent.
             print(f"starting a local Ray ({os.cpu_count()} CPUs) ...", file=sys.stderr, flush=True)

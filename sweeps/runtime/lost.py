@@ -40,10 +40,12 @@ def fit(tuner, restore: Callable[[], object], lost: LostTrials, rounds: int = MA
     """``tuner.fit()``, then while trials were lost (at most ``rounds`` times) the Tuner from
     ``restore()`` (Tune's state restored with ``resume_errored``) fitted again; the last
     ResultGrid, which holds every trial."""
+    from sweeps.runtime import interrupt
+
     lost.ids.clear()
     results = tuner.fit()
     for _ in range(rounds):
-        if not lost.ids:
+        if not lost.ids or interrupt.stopping():  # a Ctrl-C stopped the sweep: no new round
             break
         print(
             f"note: {len(lost.ids)} trials lost their worker while Tune reset it for them; "

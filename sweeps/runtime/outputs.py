@@ -5,7 +5,6 @@ printed (``sweeps.runtime.report``)."""
 
 from __future__ import annotations
 
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -18,11 +17,19 @@ from sweeps.runtime.report import best_trial, held_out_figures, print_summary
 from sweeps.spec.sweep_spec import SweepSpec
 
 
-def finish(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, float]) -> int:
+def finish(
+    spec: SweepSpec,
+    tuner,
+    tracker,
+    out_dir: Path,
+    timings: dict[str, float],
+    resume_lines: list[str],
+) -> int:
     """Run the Tuner to its end (None: an --extend with nothing to train), then write and log
     the outputs; returns the exit code (1 when MLflow stayed unreachable or every trial
-    errored; 130 when Ctrl-C stopped the sweep, which ``--resume`` then finishes).
-    ``timings`` receives tune and outputs."""
+    errored; 130 when Ctrl-C stopped the sweep, which ``--resume`` then finishes: the
+    ``resume_lines`` printed, ``sweeps.runtime.rerun``). ``timings`` receives tune and
+    outputs."""
     start = time.perf_counter()
     status = "FAILED"
     ctrl_c = CtrlC()
@@ -41,7 +48,8 @@ def finish(spec: SweepSpec, tuner, tracker, out_dir: Path, timings: dict[str, fl
             prune_checkpoints(results)
     except KeyboardInterrupt:
         status = "KILLED"
-        return _stopped(spec, tracker, out_dir, time.perf_counter() - start + timings["startup"])
+        seconds = time.perf_counter() - start + timings["startup"]
+        return _stopped(spec, tracker, out_dir, seconds, resume_lines)
     finally:
         tracker.finish_parent(status)
         tracker.outbox.close()  # what is not delivered stays in the journal for --resume
@@ -125,7 +133,9 @@ def _read_back(spec: SweepSpec, tracker):
     return trials, curves, collect.swept_paths(spec.raw)
 
 
-def _stopped(spec: SweepSpec, tracker, out_dir: Path, seconds: float) -> int:
+def _stopped(
+    spec: SweepSpec, tracker, out_dir: Path, seconds: float, resume_lines: list[str]
+) -> int:
     """Ctrl-C: the runs of trials still running end KILLED (the parent too, by the caller),
     the tables of the trials that finished are written marked partial, and the command that
     finishes the sweep is printed; exit code 130."""
@@ -147,12 +157,29 @@ def _stopped(spec: SweepSpec, tracker, out_dir: Path, seconds: float) -> int:
         table.write_text(f"{note}\n\n{table.read_text(encoding='utf-8')}", encoding="utf-8")
     else:
         print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
-    command = ["python", "-m", "sweeps.run", str(out_dir / "spec.yaml"), "--out"]
-    command += [str(out_dir.parent), "--tracking-uri", masked(tracker.tracking_uri), "--resume"]
     print(
         f"sweep {spec.name}: stopped after {seconds:.0f} s (Ctrl-C) with {finished} of "
-        f"{space.n_trials(spec)} trials finished; nothing is lost. Finish it with:\n"
-        f"  {shlex.join(command)}",
+        f"{space.n_trials(spec)} trials finished; nothing is lost. Finish it with:",
+        *(f"  {line}" for line in resume_lines),
+        sep="\n",
+        file=sys.stderr,
+    )
+    return 130
+
+
+def stopped_at_start(spec: SweepSpec, tracker, resume_lines: list[str]) -> int:
+    """Ctrl-C before Tune ran: the parent run, if made, ends KILLED, and the command that
+    starts the trials under it is printed (``--resume`` of a sweep Tune never saved starts
+    them afresh: ``sweeps.runtime.resume``); exit code 130."""
+    if tracker is None or tracker.parent_run_id is None:
+        print(f"sweep {spec.name}: stopped (Ctrl-C) before it started", file=sys.stderr)
+        return 130
+    tracker.finish_parent("KILLED")
+    tracker.outbox.close()
+    print(
+        f"sweep {spec.name}: stopped while starting (Ctrl-C), before any trial ran. Start it with:",
+        *(f"  {line}" for line in resume_lines),
+        sep="\n",
         file=sys.stderr,
     )
     return 130

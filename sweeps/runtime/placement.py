@@ -1,21 +1,40 @@
-"""Where a trial trains: the GPU share ``sweep.resources.gpu: auto`` resolves to, decided on the
-driver from the cluster, and the one-line refusals when a GPU is asked for and none is there.
+"""Where a sweep's trials train, decided once when it starts (``resolve``), printed, saved in
+``sweep.json`` and reused by ``--resume`` and ``--extend`` (``Placement.to_state``), so that a
+changed cluster never regroups ``pack: auto``'s packs or changes a trial's share mid-sweep.
+
+``sweep.resources.gpu: auto`` decides on the cluster as it is and can become
+(``sweeps.runtime.cluster_view``): no GPU anywhere, 0 (the trials train on CPUs as before);
+else a share per trial by ``GPU_AUTO_RULE``, and on a cluster whose GPU nodes are not up yet
+(an autoscaler's GPU group at 0 replicas) the trials wait for them, said in one line. A number
+asks for that share; on a cluster without GPUs that cannot add any it is one line before
+anything starts. Where a cluster also has nodes without GPUs, ``auto`` gives trials to both:
+a trial's class (GPU or CPU) follows its key, in the proportion of the trials each kind of
+node holds at once.
+
+``sweep.max_concurrent`` caps the trials at once on a Ray the sweep starts itself
+(``sweeps.runtime.tuning.TRIAL_SLOT``) and Optuna's trials everywhere; on a cluster, grid and
+random search run what its resources hold, and the GPU share follows those, not the cap.
 
 A trial with ``train.device: auto`` trains on CUDA when Ray grants it a GPU share (Ray hides
-the GPUs from a trial that reserves none, ``sweeps.runtime.driver.QUIET_WARNINGS``), in the
-precision the spec asks for there (``arith.training.hardware.resolved_precision``); on a
-cluster without GPUs the share is 0 and the trial trains on the CPU as before."""
+the GPUs from a trial that reserves none, ``sweeps.runtime.driver.QUIET_WARNINGS``).
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import zlib
+from dataclasses import dataclass
+
+from sweeps.runtime.cluster_view import ClusterView
 
 GPU_AUTO_RULE = (
-    "0 without GPUs in the cluster or with train.device=cpu; else with G GPUs and C trials "
-    "at once (sweep.max_concurrent, or the cluster's CPUs / sweep.resources.cpu), "
-    "min(1, G/C) rounded down to 1/k: 1/ceil(C/G)"
+    "with G GPUs and C trials at once on their nodes, a whole GPU each where C <= G, else "
+    "1/ceil(C/G); 0 without GPUs or with train.device=cpu"
 )
+# A trial Ray granted a GPU that torch cannot see trains on the CPU instead of failing, where
+# this is set: for clusters whose GPUs are declared but not there (the tests' fake GPU node).
+CPU_FOR_UNSEEN_GPU_ENV = "SWEEPS_CPU_FOR_UNSEEN_GPU"
 
 
 def gpu_share(n_gpus: float, concurrent: int) -> float:
@@ -31,19 +50,58 @@ def gpu_share(n_gpus: float, concurrent: int) -> float:
     return math.floor(1e4 / math.ceil(concurrent / n_gpus)) / 1e4
 
 
-def cluster_resources() -> dict[str, float]:
-    """The cluster's CPUs and GPUs: Ray's own count once Ray is up (a cluster connected to, or
-    a local Ray started); before the driver's local Ray starts, what it will find here (the
-    CPUs it is started with, and the GPUs torch sees)."""
-    import ray
+@dataclass(frozen=True)
+class Placement:
+    """A sweep's placement: ``gpu``, the share of a trial (or pack) that trains on a GPU;
+    ``gpu_slots`` and ``cpu_slots``, the trials the GPU nodes and the nodes without GPUs hold
+    at once (``cpu_slots`` 0: every trial asks for ``gpu``); ``waits``: the GPUs are not up
+    yet, the autoscaler adds them; ``cluster``: what it was decided on."""
 
-    if ray.is_initialized():
-        found = ray.cluster_resources()
-        return {"CPU": found.get("CPU", 0.0), "GPU": found.get("GPU", 0.0)}
-    import torch
+    gpu: float
+    gpu_slots: int
+    cpu_slots: int
+    waits: bool
+    cluster: ClusterView
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return {"CPU": float(os.cpu_count() or 1), "GPU": float(gpus)}
+    def trial_gpu(self, key: str) -> float:
+        """The GPU share of the trial (or pack) ``key``: ``gpu``, or on a mixed cluster 0 for
+        the trials whose key falls in the CPU nodes' part (the same trial, the same class,
+        whatever the cluster later is)."""
+        if self.gpu == 0 or self.cpu_slots == 0:
+            return self.gpu
+        cycle = self.gpu_slots + self.cpu_slots
+        return self.gpu if zlib.crc32(key.encode()) % cycle < self.gpu_slots else 0.0
+
+    def describe(self) -> str:
+        """One line: the share, where trials go, and what it was decided on."""
+        if self.gpu == 0:
+            where = "no GPU per trial: the trials train on CPUs"
+        else:
+            where = f"{self.gpu:.4g} GPU per trial ({self.gpu_slots} at once on the GPUs"
+            where += f", {self.cpu_slots} on the nodes without GPUs)" if self.cpu_slots else ")"
+        waits = "; the GPU nodes are not up: the trials wait for the autoscaler to add them"
+        return f"placement: {where}; decided on {self.cluster.describe()}" + (
+            waits if self.waits else ""
+        )
+
+    def to_state(self) -> dict:
+        return {
+            "gpu": self.gpu,
+            "gpu_slots": self.gpu_slots,
+            "cpu_slots": self.cpu_slots,
+            "waits": self.waits,
+            "cluster": self.cluster.to_state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> Placement:
+        return cls(
+            float(state["gpu"]),
+            int(state["gpu_slots"]),
+            int(state["cpu_slots"]),
+            bool(state.get("waits", False)),
+            ClusterView.from_state(state["cluster"]),
+        )
 
 
 def train_device(spec) -> str:
@@ -51,24 +109,31 @@ def train_device(spec) -> str:
     return str(spec.base.get("train", {}).get("device", "auto"))
 
 
-def resolved_gpu(spec, cluster: dict[str, float] | None = None) -> float:
-    """The GPU share each trial (or pack) holds: ``sweep.resources.gpu``, or for ``auto`` the
-    share by ``GPU_AUTO_RULE`` on ``cluster`` (by default ``cluster_resources()``)."""
+def resolve(spec, cluster: ClusterView) -> Placement:
+    """The sweep's placement on ``cluster`` (see the module docstring)."""
     s = spec.sweep
+    cpu = max(s.resources.cpu, 1e-9)
+    gpus_most = cluster.total("gpus", most=True)
+    waits = gpus_most > 0 and cluster.total("gpus") == 0
     if s.resources.gpu != "auto":
-        return float(s.resources.gpu)
-    if train_device(spec).split(":")[0] == "cpu":
-        return 0.0
-    cluster = cluster_resources() if cluster is None else cluster
-    concurrent = s.max_concurrent or int(cluster.get("CPU", 1) // max(s.resources.cpu, 1e-9))
-    return gpu_share(cluster.get("GPU", 0.0), concurrent)
+        share = float(s.resources.gpu)
+        slots = int(gpus_most / share) if share > 0 else 0
+        return Placement(share, slots, 0, waits and share > 0, cluster)
+    if train_device(spec).split(":")[0] == "cpu" or gpus_most == 0:
+        return Placement(0.0, 0, 0, False, cluster)
+    on_gpu_nodes = int(cluster.cpus_on(gpu_nodes=True) // cpu)
+    cpu_slots = 0 if cluster.local else int(cluster.cpus_on(gpu_nodes=False) // cpu)
+    caps = s.max_concurrent and (cluster.local or s.search == "optuna")
+    concurrent = min(on_gpu_nodes, s.max_concurrent) if caps else on_gpu_nodes
+    share = gpu_share(gpus_most, concurrent)
+    gpu_slots = min(concurrent, int(gpus_most / share))
+    return Placement(share, gpu_slots, cpu_slots, waits, cluster)
 
 
-def gpu_refusal(spec, cluster: dict[str, float] | None = None) -> str | None:
-    """One line when the sweep asks for a GPU the cluster does not have (a share > 0, or
-    ``train.device: cuda``), else None; checked before any trial starts."""
-    cluster = cluster_resources() if cluster is None else cluster
-    if cluster.get("GPU", 0.0) > 0:
+def gpu_refusal(spec, placement: Placement) -> str | None:
+    """One line when the sweep asks for a GPU the cluster has not and cannot add (a share >
+    0, or ``train.device: cuda``), else None; checked before any trial starts."""
+    if placement.cluster.total("gpus", most=True) > 0:
         return None
     gpu = spec.sweep.resources.gpu
     if gpu != "auto" and gpu > 0:
@@ -97,10 +162,11 @@ def granted_gpu_refusal(gpu_ids: list, cuda_available: bool) -> str | None:
 
 def check_granted_gpu() -> None:
     """In a trial, before it builds anything: raise RuntimeError with ``granted_gpu_refusal``'s
-    line when Ray granted a GPU that torch cannot see (it would train on the CPU instead)."""
+    line when Ray granted a GPU that torch cannot see (it would train on the CPU instead),
+    unless CPU_FOR_UNSEEN_GPU_ENV says to (a fake GPU node)."""
     import ray
     import torch
 
     refusal = granted_gpu_refusal(ray.get_gpu_ids(), torch.cuda.is_available())
-    if refusal is not None:
+    if refusal is not None and os.environ.get(CPU_FOR_UNSEEN_GPU_ENV) != "1":
         raise RuntimeError(refusal)

@@ -19,7 +19,6 @@ def check_before_ray(
     spec: SweepSpec,
     out_dir: Path,
     tracking_uri: str,
-    address: str | None,
     storage: str | None,
     *,
     resume: bool,
@@ -30,7 +29,6 @@ def check_before_ray(
     sweep, whose folder an earlier sweep no longer holds, and for an ``extend``, whose
     ``sweeps.runtime.extend.begin`` finds the sweep it extends). Raises one of
     ``refusals()``."""
-    from sweeps.cluster import connection as cluster
     from sweeps.cluster import tunefix
     from sweeps.runtime import earlier as earlier_runs
     from sweeps.runtime import resume as resuming
@@ -39,14 +37,13 @@ def check_before_ray(
     check_tracking_uri(tracking_uri)
     check_output_folder(out_dir)
     check_storage_uri(storage)
-    if resume:
-        cluster.check_resume_address(address)
     check_store(tracking_uri)
     if resume:
-        parent_id = resuming.parent_to_resume(spec, out_dir, tracking_uri, storage=storage)
-        resuming.quiet_unstarted_trials()
+        # The snapshot repaired first: one only in the staging folder is a snapshot still.
         for name, what in resuming.repair_snapshot(spec, out_dir, storage).items():
             print(f"{name}: {what}", file=sys.stderr)
+        parent_id = resuming.parent_to_resume(spec, out_dir, tracking_uri, storage=storage)
+        resuming.quiet_unstarted_trials()
         return parent_id
     if extend:
         return None
@@ -145,7 +142,7 @@ def connect_cluster(address: str, storage: str, *, shared: bool) -> bool:
     # builds it on the head): a cluster that cannot run this sweep is one line.
     try:
         cluster.connect(address)
-        cluster.check_storage(storage, shared=shared, via_client="://" in address)
+        cluster.check_storage(storage, shared=shared)
     except cluster.ClusterError as err:
         ray.shutdown()
         print(f"error: {err}", file=sys.stderr)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,11 @@ def parent_to_resume(
     spec: SweepSpec, out_dir: Path, tracking_uri: str, storage: str | None = None
 ) -> str:
     """The id of the parent run to continue; SweepError when there is nothing to resume.
-    ``storage``: Tune's storage path when not the default ``out_dir/ray``."""
-    if not _tune_can_restore(experiment_dir(spec, out_dir, storage)):
+    ``storage``: Tune's storage path when not the default ``out_dir/ray``. A sweep stopped
+    before Tune saved anything (a Ctrl-C or a kill while it started) resumes by starting its
+    trials afresh under its parent run (``forget_unsaved_trials``)."""
+    saved_by_tune = _tune_can_restore(experiment_dir(spec, out_dir, storage))
+    if not saved_by_tune and not read_state(out_dir).get("parent_run_id"):
         raise SweepError(
             f"--resume: nothing to resume in {out_dir}: no saved state of sweep {spec.name!r} "
             "there (run without --resume to start it)"
@@ -69,7 +73,33 @@ def parent_to_resume(
             f"--resume: sweep {spec.name!r} in {out_dir} already finished (parent run "
             f"{parent.info.run_id}); nothing to resume"
         )
+    if not saved_by_tune:
+        forget_unsaved_trials(spec, out_dir, storage, tracking_uri, parent)
     return parent.info.run_id
+
+
+def forget_unsaved_trials(
+    spec: SweepSpec, out_dir: Path, storage: str | None, tracking_uri: str, parent
+) -> None:
+    """Before trials start afresh under ``parent``: what a start that Tune never saved left
+    (its experiment folder, child runs of trials Tune would not know) goes, so that no trial
+    is recorded twice."""
+    from mlflow import MlflowClient
+
+    from sweeps.analysis.collect import child_runs
+    from sweeps.cluster import storage as storage_fs
+
+    storage_fs.delete_dir(experiment_dir(spec, out_dir, storage))
+    client = MlflowClient(tracking_uri)
+    orphans = child_runs(client, parent, left_out=True)
+    for run in orphans:
+        client.delete_run(run.info.run_id)
+    what = f"; {len(orphans)} trial runs it never saved deleted" if orphans else ""
+    print(
+        f"--resume: sweep {spec.name!r} stopped before Tune saved its state: its trials start "
+        f"afresh under parent run {parent.info.run_id}{what}",
+        file=sys.stderr,
+    )
 
 
 def repair_snapshot(spec: SweepSpec, out_dir: Path, storage: str | None) -> dict[str, str]:

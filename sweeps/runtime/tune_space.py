@@ -88,8 +88,9 @@ def trial_points(spec) -> list[dict[str, Any]]:
     return points
 
 
-def build_packs(spec) -> list[list[Member]]:
-    """The sweep's packs, in the order of their first member; members in trial order."""
+def build_packs(spec, gpu: float = 0.0) -> list[list[Member]]:
+    """The sweep's packs, in the order of their first member; members in trial order. ``gpu``:
+    the GPU share a pack trains on (the sweep's placement, ``sweeps.runtime.placement``)."""
     from arith.training.packing import pack_key
     from sweeps.spec.space import resolve_run_config
 
@@ -102,19 +103,18 @@ def build_packs(spec) -> list[list[Member]]:
         size = spec.sweep.pack
         if size == "auto":
             config = resolve_run_config(spec.base, members[0].point, spec.derived)
-            size = auto_pack_size(spec, config, len(members))
+            size = auto_pack_size(spec, config, len(members), gpu)
         packs += [members[i : i + size] for i in range(0, len(members), size)]
     return sorted(packs, key=lambda pack: pack[0].index)
 
 
-def auto_pack_size(spec, config, n_members: int) -> int:
+def auto_pack_size(spec, config, n_members: int, gpu: float = 0.0) -> int:
     """``sweep.pack: auto`` for a group of ``n_members`` same-shape trials: as many as fit the
-    trial's memory (``arith.training.cost.training_bytes``), and no more than keeps every concurrent
-    slot busy when ``sweep.max_concurrent`` is set (one pack uses one slot)."""
+    trial's memory (``arith.training.cost.training_bytes``; on a GPU, its ``gpu`` share of one),
+    and no more than keeps every concurrent slot busy when ``sweep.max_concurrent`` is set (one
+    pack uses one slot)."""
     from arith.training.cost import describe
-    from sweeps.runtime.placement import resolved_gpu
 
-    gpu = resolved_gpu(spec)
     budget = AUTO_GPU_BYTES * gpu if gpu > 0 else AUTO_CPU_BYTES
     size = min(n_members, max(1, int(budget // describe(config)["train_bytes"])))
     if spec.sweep.max_concurrent:

@@ -32,28 +32,33 @@ def build_tuner(
     reuse_actors: bool = tuning.REUSE_ACTORS,
     slots: bool = False,
     points: list[dict] | None = None,
+    placement=None,
 ):
     """The Tuner of a sweep (a ``SweepTuner``) and its MLflow callback (whose parent run the
     caller starts or, with ``resume``, attaches to). A resumed Tuner restores Tune's state from
     the output folder; MLflow, not Tune's copy, says what is logged. ``slots``: cap concurrency
     with TRIAL_SLOT resources (``sweeps.runtime.tuning.uses_slots``). ``points``: the trials an
     --extend trains (``sweeps.runtime.extend``, whose round ``sweep.json`` names); with none,
-    no Tuner (None)."""
+    no Tuner (None). ``placement``: the sweep's (``sweeps.runtime.placement``; by default
+    resolved on this machine)."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
+    from sweeps.runtime import placement as placing
     from sweeps.runtime import state as saved
     from sweeps.runtime import tune_space
     from sweeps.runtime.callbacks import bind as bind_callbacks
+    from sweeps.runtime.cluster_view import this_machine
     from sweeps.runtime.lost import LostTrials
     from sweeps.runtime.progress import ProgressLine
     from sweeps.spec import space
 
     s = spec.sweep
+    placement = placement or placing.resolve(spec, this_machine())
     state = saved.read_state(out_dir)
     extended = "extend_round" in state  # an --extend's Tune experiment, its points alone
     # Packed: Tune runs one trial per pack, over a grid of pack numbers (sweeps.spec.packing).
-    packs = tune_space.build_packs(spec) if s.pack != 1 else None
+    packs = tune_space.build_packs(spec, placement.gpu) if s.pack != 1 else None
     trainable, param_space, num_samples = _trainable(spec, packs, extended, points)
     tracker = _tracker(spec, out_dir, tracking_uri, packs, state.get("extend_round", 0))
     if points == []:
@@ -61,7 +66,7 @@ def build_tuner(
     pack_sizes = None if packs is None else [len(pack) for pack in packs]
     total = state["extend_trials"] if extended else space.n_trials(spec)
     progress = ProgressLine(spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes)
-    trainable = tune.with_resources(trainable, tuning.trial_resources(spec, slots))
+    trainable = tune.with_resources(trainable, tuning.trial_resources(spec, placement, slots))
     lost = LostTrials(s.max_failures)
     callbacks = [bind_callbacks(spec.name, [tracker, progress, lost]), JsonLoggerCallback()]
     name = saved.tune_name(spec, out_dir)

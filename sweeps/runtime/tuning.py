@@ -18,6 +18,7 @@ does):
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -30,15 +31,26 @@ REUSE_ACTORS = True
 TRIAL_SLOT = "sweep_trial_slot"
 
 
-def trial_resources(spec, slots: bool) -> dict[str, float]:
-    """What one trial holds: the spec's CPUs and GPUs (``gpu: auto`` resolved on the cluster:
-    ``sweeps.runtime.placement``) and, with ``slots``, one TRIAL_SLOT."""
-    from sweeps.runtime.placement import resolved_gpu
+def trial_resources(spec, placement, slots: bool):
+    """What one trial (or pack) holds: the spec's CPUs, its GPU share (the sweep's placement,
+    ``sweeps.runtime.placement``) and, with ``slots``, one TRIAL_SLOT. A dict; on a cluster of
+    GPU nodes and nodes without, Tune's function of a trial's config, by its class."""
+    from sweeps.spec.packing import PACK_KEY
 
-    resources = {"cpu": spec.sweep.resources.cpu, "gpu": resolved_gpu(spec)}
-    if slots:
-        resources[TRIAL_SLOT] = 1
-    return resources
+    def resources(gpu: float) -> dict[str, float]:
+        held = {"cpu": spec.sweep.resources.cpu, "gpu": gpu}
+        if slots:
+            held[TRIAL_SLOT] = 1
+        return held
+
+    if placement.cpu_slots == 0:
+        return resources(placement.gpu)
+
+    def by_class(config: dict) -> dict[str, float]:
+        key = str(config[PACK_KEY]) if PACK_KEY in config else json.dumps(config, default=str)
+        return resources(placement.trial_gpu(key))
+
+    return by_class
 
 
 def uses_slots(spec, starts_local_ray: bool) -> bool:
