@@ -30,6 +30,8 @@ from sweep_procs import (
     wait_until,
 )
 
+from sweeps.runtime.scratch import owner_pid, scratch_root
+
 pytestmark = pytest.mark.slow
 
 STEPS = [0, 10, 20, 30, 40, 50, 60]
@@ -91,7 +93,10 @@ def test_worker_killed_and_diverging_trial(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment_dir = tmp_path / "out" / "faults" / "ray" / "faults"
 
+    synced = []  # working folders that Tune's snapshots copied to the storage
+
     def running_trial_at_step_20():
+        synced.extend(experiment_dir.glob("*/arith-trial-*"))
         for name, lines in result_lines(experiment_dir).items():
             last = lines[-1] if lines else {}
             lr = last.get("config", {}).get("optim.lr")
@@ -99,12 +104,12 @@ def test_worker_killed_and_diverging_trial(tmp_path):
                 return name, last["pid"]
         return None
 
-    temp_before = set(Path(tempfile.gettempdir()).glob("arith-trial-*"))
     victim, pid = _kill_a_worker_mid_run(tmp_path, uri, [], running_trial_at_step_20)
-    # the killed worker's working folder was in its trial's folder, which the end of the sweep
-    # pruned: nothing left in the system's temporary folder or in the outputs
-    assert set(Path(tempfile.gettempdir()).glob("arith-trial-*")) == temp_before
-    assert not list(experiment_dir.glob("*/arith-trial-*"))
+    # the killed worker's working folder was on this node's disk, outside what Tune syncs, and
+    # the trial that started after it (its retry) pruned it: nothing left of it anywhere
+    assert not [f for f in scratch_root().glob("*") if owner_pid(f) == pid]
+    assert not synced and not list(experiment_dir.glob("*/arith-trial-*"))
+    assert not list(Path(tempfile.gettempdir()).glob("arith-trial-*"))
 
     # Retried from its last checkpoint: a new worker, and step 0 (the start) reported only once.
     lines = result_lines(experiment_dir)[victim]
@@ -137,12 +142,12 @@ def test_worker_killed_in_a_pack(tmp_path):
                 return name, last["pid"]
         return None
 
-    temp_before = set(Path(tempfile.gettempdir()).glob("arith-pack-*"))
     victim, pid = _kill_a_worker_mid_run(tmp_path, uri, ["sweep.pack=4"], running_pack_at_step_20)
-    # the killed worker's working folder was in its trial's folder, and the finished sweep
-    # pruned it: nothing left behind in the system's temporary folder or in the outputs
-    assert set(Path(tempfile.gettempdir()).glob("arith-pack-*")) == temp_before
+    # the killed worker's working folder, on this node's disk outside what Tune syncs, was
+    # pruned by the pack's retry: nothing left of it anywhere
+    assert not [f for f in scratch_root().glob("*") if owner_pid(f) == pid]
     assert not list(experiment_dir.glob("*/arith-pack-*"))
+    assert not list(Path(tempfile.gettempdir()).glob("arith-pack-*"))
 
     lines = result_lines(experiment_dir)
     assert list(lines) == [victim]  # one Tune trial: the pack

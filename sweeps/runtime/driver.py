@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import warnings
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -139,7 +140,16 @@ def drive(
             points=None if plan is None else plan.split.train,
             placement=placement,
         )
-        _start(spec, tracker, out_dir, parent_id, placement, local_ray=local_ray, slots=slots)
+        _start(
+            spec,
+            tracker,
+            out_dir,
+            parent_id,
+            placement,
+            storage=storage,
+            local_ray=local_ray,
+            slots=slots,
+        )
         if plan is not None:
             extending.apply(spec, tracker, plan)
         timings["startup"] = time.perf_counter() - start
@@ -266,11 +276,12 @@ def _start(
     parent_id: str | None,
     placement,
     *,
+    storage: str,
     local_ray: bool,
     slots: bool,
 ) -> None:
-    """Start (or attach to, resuming) the parent run, the sweep's ``placement`` saved with it,
-    and, with ``local_ray``, the local Ray."""
+    """Start (or attach to, resuming) the parent run, the sweep's ``placement`` and Tune
+    experiment (in ``storage``) saved with it, and, with ``local_ray``, the local Ray."""
     from sweeps.runtime import parent as parents
 
     # A fresh MLflow database spends seconds creating its tables, Ray seconds starting its
@@ -279,11 +290,22 @@ def _start(
         if parent_id is not None:
             parent = pool.submit(parents.attach, tracker, parent_id, out_dir, placement)
         else:
-            parent = pool.submit(parents.start_parent, tracker, spec, out_dir, placement)
-        if local_ray:
-            # Ray takes ~10 s to start its processes; say so rather than sit silent.
-            print(f"starting a local Ray ({os.cpu_count()} CPUs) ...", file=sys.stderr, flush=True)
-            _init_ray(spec.sweep.max_concurrent if slots else None)
+            experiment = f"{storage.rstrip('/')}/{spec.name}"
+            parent = pool.submit(
+                parents.start_parent, tracker, spec, out_dir, placement, experiment
+            )
+        try:
+            if local_ray:
+                # Ray takes ~10 s to start its processes; say so rather than sit silent.
+                print(
+                    f"starting a local Ray ({os.cpu_count()} CPUs) ...", file=sys.stderr, flush=True
+                )
+                _init_ray(spec.sweep.max_concurrent if slots else None)
+        finally:
+            # A Ctrl-C while Ray starts still leaves the parent run made and known, so that the
+            # stop can end it and print the --resume that starts the trials under it.
+            with ctrl_c_ignored():
+                futures.wait([parent])
         parent.result()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from sweeps.analysis.store import STATE_FILE
-from sweeps.runtime.state import SweepError, extend_tune_name, read_state
+from sweeps.runtime.state import SweepError, read_state
 from sweeps.spec.sweep_spec import SweepSpec
 
 
@@ -73,22 +73,17 @@ def check_removable(spec: SweepSpec, out_dir: Path) -> None:
 
 
 def remove_earlier(spec: SweepSpec, out_dir: Path, storage: str | None = None) -> None:
-    """--overwrite: delete an earlier run's output folder and Tune experiment folders (the
-    sweep's, and one per --extend round); ``check_removable`` said the folder is the sweep's."""
+    """--overwrite: delete an earlier run's output folder and the Tune experiments its
+    ``sweep.json`` names as its own (``check_removable`` said the folder is the sweep's);
+    another sweep's experiment in a shared storage, even one named like an --extend round of
+    this one, stays. A folder from before they were named: the sweep's own experiment."""
     import shutil
 
-    rounds = int(read_state(out_dir).get("extend_round", 0))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    if not storage:
-        return
-    names = [spec.name] + [extend_tune_name(spec.name, k) for k in range(1, rounds + 1)]
-    for name in names:
-        experiment = f"{storage.rstrip('/')}/{name}"
-        if "://" in storage:
-            import pyarrow.fs
+    from sweeps.cluster import storage as storage_fs
 
-            filesystem, path = pyarrow.fs.FileSystem.from_uri(experiment)
-            if filesystem.get_file_info(path).type != pyarrow.fs.FileType.NotFound:
-                filesystem.delete_dir(path)
-        else:
-            shutil.rmtree(experiment, ignore_errors=True)
+    experiments = read_state(out_dir).get("experiments")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    if experiments is None:
+        experiments = [f"{storage.rstrip('/')}/{spec.name}"] if storage else []
+    for experiment in experiments:
+        storage_fs.delete_dir(experiment)

@@ -202,7 +202,7 @@ def begin(
     parent_id, round_ = parent_to_extend(spec, out_dir, tracking_uri, storage)
     found, children = plan(spec, tracking_uri, parent_id, round_, reuse_stale=reuse_stale)
     print_split(spec, found, round_)
-    save_round(spec, out_dir, round_, len(found.train))
+    save_round(spec, out_dir, round_, len(found.train), storage)
     return Extension(parent_id, round_, found, children)
 
 
@@ -294,18 +294,26 @@ def parent_to_extend(
     return parent.info.run_id, int(state.get("extend_round", 0)) + 1
 
 
-def save_round(spec: SweepSpec, out_dir: Path, round_: int, n_train: int) -> None:
+def save_round(
+    spec: SweepSpec, out_dir: Path, round_: int, n_train: int, storage: str | None = None
+) -> None:
     """``sweep.json`` and ``spec.yaml`` of the extended sweep, before anything else is written:
-    a --resume then continues this round's Tune experiment with this spec."""
+    a --resume then continues this round's Tune experiment with this spec, and --overwrite
+    knows the experiment is this sweep's (``experiments``)."""
     import json
 
     from sweeps.analysis.store import STATE_FILE, write_atomic
+    from sweeps.cluster.connection import storage_path
 
     state = read_state(out_dir)
+    name = extend_tune_name(spec.name, round_)
+    experiments = state.get("experiments", [])
+    experiments.append(f"{storage_path(storage, out_dir).rstrip('/')}/{name}")
     state.update(
         extend_round=round_,
-        tune_name=extend_tune_name(spec.name, round_),
+        tune_name=name,
         extend_trials=n_train,
+        experiments=experiments,
     )
     (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
     write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")

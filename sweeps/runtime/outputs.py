@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from arith.cli import one_line
-from sweeps.analysis.store import folder_bytes, masked
+from sweeps.analysis.store import masked
 from sweeps.runtime.interrupt import CtrlC
 from sweeps.runtime.report import best_trial, held_out_figures, print_summary
 from sweeps.spec.sweep_spec import SweepSpec
@@ -95,29 +95,26 @@ def prune_checkpoints(results) -> int:
     """Delete the checkpoints of a finished sweep's trials that ended well, but each trial's
     last (its models are in MLflow; a finished sweep resumes nothing, and an --extend trains
     in a Tune experiment of its own); errored trials keep theirs for a --resume that restarts
-    them. The working folders that killed workers left go too. Local storage only.
-    Returns the bytes freed."""
-    import shutil
-
-    from sweeps.runtime.trainable import PACK_SCRATCH, TRIAL_SCRATCH
+    them. Through the storage's own filesystem (each result's ``filesystem``, as Tune wrote
+    it: a local folder or a bucket alike). Returns the bytes freed."""
+    import pyarrow.fs
 
     freed = 0
     for result in results:
-        path = getattr(result, "path", None)
-        if not path:  # no trial folder: Path("") would be the working directory
+        path, filesystem = getattr(result, "path", None), getattr(result, "filesystem", None)
+        if not path or filesystem is None:  # no trial folder: nothing of its own to prune
             continue
-        trial_dir = Path(str(path))
-        for prefix in (TRIAL_SCRATCH, PACK_SCRATCH):  # a missing folder globs to nothing
-            for scratch in trial_dir.glob(f"{prefix}*"):
-                freed += folder_bytes(scratch)  # a worker's, killed before it could clean up
-                shutil.rmtree(scratch, ignore_errors=True)
-        if result.error is not None or result.checkpoint is None or not trial_dir.is_dir():
+        if result.error is not None or result.checkpoint is None:
             continue
-        last = Path(result.checkpoint.path).name
-        for folder in trial_dir.glob("checkpoint_*"):
-            if folder.is_dir() and folder.name != last:
-                freed += folder_bytes(folder)
-                shutil.rmtree(folder, ignore_errors=True)
+        last = result.checkpoint.path.rstrip("/").rsplit("/", 1)[-1]
+        found = filesystem.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
+        for info in found:
+            if info.type != pyarrow.fs.FileType.Directory:
+                continue
+            if info.base_name.startswith("checkpoint_") and info.base_name != last:
+                inside = pyarrow.fs.FileSelector(info.path, recursive=True)
+                freed += sum(f.size or 0 for f in filesystem.get_file_info(inside))
+                filesystem.delete_dir(info.path)
     return freed
 
 

@@ -11,9 +11,13 @@ from sweeps.analysis.store import STATE_FILE, read_state, write_atomic
 from sweeps.spec.sweep_spec import SweepSpec
 
 
-def start_parent(tracker, spec: SweepSpec, out_dir: Path, placement=None) -> str:
+def start_parent(
+    tracker, spec: SweepSpec, out_dir: Path, placement=None, experiment: str | None = None
+) -> str:
     """A new sweep's parent run; its id, the spec and the ``placement``
-    (``sweeps.runtime.placement``) are saved in ``out_dir`` for --resume and --extend."""
+    (``sweeps.runtime.placement``) are saved in ``out_dir`` for --resume and --extend, with
+    its Tune ``experiment`` folder, the one --overwrite may delete
+    (``sweeps.runtime.earlier``)."""
     out_dir.mkdir(parents=True, exist_ok=True)  # the journal's folder, before any write waits
     if tracker.journal is not None:  # an earlier sweep's undelivered writes are not this one's
         tracker.journal.unlink(missing_ok=True)
@@ -22,6 +26,8 @@ def start_parent(tracker, spec: SweepSpec, out_dir: Path, placement=None) -> str
     state = {"sweep": spec.name, "parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
     if placement is not None:
         state["placement"] = placement.to_state()
+    if experiment is not None:
+        state["experiments"] = [experiment]
     write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
     return parent_id
 

@@ -9,10 +9,10 @@ driver-side MLflow callback records. The trial knows nothing of MLflow or tracki
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from sweeps.runtime.scratch import PACK_SCRATCH, TRIAL_SCRATCH, working_folder
 from sweeps.spec.identity import POINT_KEY
 from sweeps.spec.packing import PACK_KEY, Member
 from sweeps.spec.space import Derived, resolve_run_config
@@ -21,8 +21,6 @@ from sweeps.tracking.summary import RAY_KEY
 # train() marks its last report "done": 1, which Tune would take as "stop this trial now",
 # before the summary report; the checkpoint path is not a metric.
 _NOT_REPORTED = ("done", "checkpoint")
-TRIAL_SCRATCH, PACK_SCRATCH = "arith-trial-", "arith-pack-"
-"""The prefixes of a trial's and a pack trial's working folder (``working_folder``)."""
 
 
 def reportable(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -45,17 +43,6 @@ def summary_report(summary: dict[str, Any], ray_version: str | None = None) -> d
     if ray_version is not None:
         out[RAY_KEY] = ray_version
     return out
-
-
-def working_folder(prefix: str) -> tempfile.TemporaryDirectory:
-    """A trial's working folder (its checkpoint before Tune copies it), in the trial's own
-    folder rather than the system's temporary one: a worker killed mid-run leaves it where the
-    sweep's files are, and the end of the sweep prunes it (``outputs.prune_checkpoints``), not
-    in /tmp for good. Where the trial's folder is not on this node, the temporary folder."""
-    from ray import tune
-
-    trial_dir = Path(tune.get_context().get_trial_dir())
-    return tempfile.TemporaryDirectory(prefix=prefix, dir=trial_dir if trial_dir.is_dir() else None)
 
 
 def train_trial(

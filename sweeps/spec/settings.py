@@ -14,7 +14,7 @@ from typing import Literal
 from arith.errors import ConfigError, require
 
 MAX_NAME = 100
-_NAME = re.compile(rf"^[A-Za-z0-9_.-]{{1,{MAX_NAME}}}$")
+_NAME = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_NAME}}}")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def check_settings(s: SweepSettings) -> None:
     # The name is a folder under --out that --overwrite deletes: one path component, never
     # "." or "..", which would name --out itself or the folder above it.
     require(
-        bool(_NAME.match(s.name)) and s.name not in (".", ".."),
+        bool(_NAME.fullmatch(s.name)) and s.name not in (".", ".."),
         "sweep.name",
         f"expected 1 to {MAX_NAME} letters, digits or ._- (not . or ..), but got {s.name!r}",
     )
