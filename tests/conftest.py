@@ -7,8 +7,9 @@ import pytest
 from sweep_procs import free_port, start_mlflow_server, stop_mlflow_server
 
 # What depends most on Tune's behaviour: resume after kills and Ctrl-C, chaos, worker kills, the
-# Tune settings, the version gate, a sweep submitted to a head started the default way, and a trial
-# errored for good that a resume restarts. Not here, though in test_faults.py: the MLflow outages,
+# Tune settings, the version gate, a sweep submitted to a head started the default way, a sweep
+# through Ray Client and one by Ray's own job CLI, and a trial errored for good that a resume
+# restarts. Not here, though in test_faults.py: the MLflow outages,
 # which the driver's outbox rides out the same way under any Ray; and the packed twin of the
 # random-kill resume, whose Tune side is the unpacked one's (CI's time on the oldest Ray).
 FAULT_MODULES = {
@@ -19,10 +20,12 @@ FAULT_MODULES = {
     "test_ray_versions.py",
     "test_user_actions.py",
     "test_user_chaos.py",
+    "test_ray_client.py",
 }
 FAULT_TESTS = {
     "test_cluster.py::test_default_head_takes_the_token_file",
     "test_cluster.py::test_default_head_without_a_token_is_one_line_quickly",
+    "test_cluster.py::test_ray_job_submit_by_hand_runs_the_sweep",
     "test_loss_corners.py::test_a_trial_errored_for_good_then_restarted_by_resume_ends_with_its_real_summary",
     "test_faults.py::test_worker_killed_and_diverging_trial",
     "test_faults.py::test_worker_killed_in_a_pack",

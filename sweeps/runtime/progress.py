@@ -24,11 +24,15 @@ def format_elapsed(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def status_counts(trials: list, pack_sizes: list[int] | None = None) -> dict[str, int]:
-    """Trials per state; a packed sweep's Tune trial counts as the trials it packs."""
+def status_counts(trials: list, pack_sizes: list[int] | int | None = None) -> dict[str, int]:
+    """Trials per state; a packed sweep's Tune trial counts as the trials it packs
+    (``pack_sizes[k]`` for pack k; one number: every Tune trial's, as Optuna's over seeds)."""
     counts = {"done": 0, "running": 0, "pending": 0, "errored": 0}
     for trial in trials:
-        n = 1 if pack_sizes is None else pack_sizes[trial.config["pack"]]
+        if pack_sizes is None or isinstance(pack_sizes, int):
+            n = pack_sizes or 1
+        else:
+            n = pack_sizes[trial.config["pack"]]
         status = trial.status
         if status == "TERMINATED":
             counts["done"] += n
@@ -56,7 +60,7 @@ class ProgressLine(Callback):
         mode: str,
         stream: TextIO | None = None,
         interval_s: float = 0.5,
-        pack_sizes: list[int] | None = None,
+        pack_sizes: list[int] | int | None = None,
     ) -> None:
         self.name, self.total, self.metric, self.mode = name, total, metric, mode
         self.pack_sizes = pack_sizes

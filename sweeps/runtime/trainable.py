@@ -9,6 +9,7 @@ driver-side MLflow callback records. The trial knows nothing of MLflow or tracki
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,37 @@ def train_pack_trial(
     ``config["pack"]`` together. Each report carries ``members``: ``{index in the pack: that
     member's metrics}`` for the members evaluated at one step, with the checkpoint of the whole
     pack that holds them; the last report carries every member's summary."""
+    run_configs = [resolve_run_config(base, m.point, derived) for m in packs[config[PACK_KEY]]]
+    _train_members(run_configs, checkpoint_every_s)
+
+
+def train_seeds_trial(
+    config: dict[str, Any],
+    base: dict[str, Any],
+    derived: dict[str, Derived],
+    seeds: list[int],
+    checkpoint_every_s: float = 0.0,
+) -> None:
+    """Tune's function trainable of Optuna's trials over seeds (``sweeps.spec.seed_trials``): the
+    drawn ``config`` once per seed, the seeds trained as one pack. Each report carries the
+    seeds' metrics as a pack's (``members``) and, beside them, the config's figures that the
+    searcher and the scheduler read (``SeedsFigure``)."""
+    from arith.training.cost import planned_steps
+    from sweeps.spec.seed_trials import SeedsFigure, seed_points
+
+    run_configs = [resolve_run_config(base, p, derived) for p in seed_points(config, seeds)]
+    thresholds = [c.train.threshold for c in run_configs]
+    figure = SeedsFigure(thresholds, [planned_steps(c) for c in run_configs])
+    _train_members(run_configs, checkpoint_every_s, figure.update)
+
+
+def _train_members(
+    run_configs: list, checkpoint_every_s: float, figures: Callable[[dict], dict] | None = None
+) -> None:
+    """Train ``run_configs`` as one pack, reporting each step's evaluations (and at the end
+    every member's summary) under ``members``, with the pack's checkpoint when
+    ``checkpoint_every_s`` have passed; ``figures(evaluated)``: more values for the report's
+    top level (seed trials)."""
     import time
 
     import ray
@@ -115,8 +147,6 @@ def train_pack_trial(
     from sweeps.runtime.placement import check_granted_gpu
 
     check_granted_gpu()
-    members = packs[config[PACK_KEY]]
-    run_configs = [resolve_run_config(base, m.point, derived) for m in members]
     with working_folder(PACK_SCRATCH) as tmp:
         resume_from = None
         restored = tune.get_checkpoint()
@@ -133,8 +163,10 @@ def train_pack_trial(
                 checkpoint = tune.Checkpoint.from_directory(checkpoint_dir)
                 last_saved = time.monotonic()
             step = next(iter(evaluated.values()))["step"]
-            reported = {str(i): reportable(m) for i, m in evaluated.items()}
-            tune.report({"step": step, "members": reported}, checkpoint=checkpoint)
+            plain = {i: reportable(m) for i, m in evaluated.items()}
+            top = {} if figures is None else figures(plain)
+            members = {str(i): m for i, m in plain.items()}
+            tune.report({**top, "step": step, "members": members}, checkpoint=checkpoint)
 
         summaries = train_pack(
             run_configs,
@@ -143,4 +175,5 @@ def train_pack_trial(
             report_step=report_step,
         )
     reports = {str(i): summary_report(s, ray.__version__) for i, s in enumerate(summaries)}
-    tune.report({"members": reports})
+    top = {} if figures is None else figures(dict(enumerate(map(reportable, summaries))))
+    tune.report({**top, "members": reports})

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from sweeps.spec.packing import PACK_KEY, Member
+from sweeps.spec.seed_trials import uses_seed_trials
 
 # What `sweep.pack: auto` may fill: per CPU trial, and per whole GPU of a trial's share. The
 # driver cannot see the workers' devices, so it plans for the smallest accelerator a sweep is
@@ -33,7 +34,8 @@ def param_space(spec) -> dict[str, Any]:
             space[key] = tune.choice(values)
         else:
             space[key] = getattr(tune, dim.kind)(*values)
-    if spec.sweep.seeds is not None:
+    # Optuna's trials over seeds train their seeds inside the trial (sweeps.spec.seed_trials).
+    if spec.sweep.seeds is not None and not uses_seed_trials(spec.sweep):
         seeds = list(spec.sweep.seeds)
         space["train.seed"] = tune.grid_search(seeds) if len(seeds) > 1 else seeds[0]
     return space

@@ -52,6 +52,7 @@ def build_tuner(
     from sweeps.runtime.lost import LostTrials
     from sweeps.runtime.progress import ProgressLine
     from sweeps.spec import space
+    from sweeps.spec.seed_trials import uses_seed_trials
 
     s = spec.sweep
     placement = placement or placing.resolve(spec, this_machine())
@@ -64,6 +65,8 @@ def build_tuner(
     if points == []:
         return None, tracker
     pack_sizes = None if packs is None else [len(pack) for pack in packs]
+    if uses_seed_trials(s):  # every trial trains its seeds
+        pack_sizes = len(s.seeds)
     total = state["extend_trials"] if extended else space.n_trials(spec)
     progress = ProgressLine(spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes)
     trainable = tune.with_resources(trainable, tuning.trial_resources(spec, placement, slots))
@@ -119,8 +122,14 @@ def _trainable(
     from ray import tune
 
     from sweeps.runtime import tune_space
-    from sweeps.runtime.trainable import train_pack_trial, train_point_trial, train_trial
+    from sweeps.runtime.trainable import (
+        train_pack_trial,
+        train_point_trial,
+        train_seeds_trial,
+        train_trial,
+    )
     from sweeps.spec.identity import POINT_KEY
+    from sweeps.spec.seed_trials import uses_seed_trials
 
     s = spec.sweep
     bound = {"base": spec.base, "derived": spec.derived, "checkpoint_every_s": s.checkpoint_every_s}
@@ -128,6 +137,9 @@ def _trainable(
         trainable = tune.with_parameters(train_point_trial, **bound)
         param_space = {POINT_KEY: tune.grid_search(points)} if points else None
         return trainable, param_space, 1
+    if uses_seed_trials(s):
+        trainable = tune.with_parameters(train_seeds_trial, seeds=list(s.seeds), **bound)
+        return trainable, tune_space.param_space(spec), s.num_samples
     if packs is None:
         trainable = tune.with_parameters(train_trial, **bound)
         return trainable, tune_space.param_space(spec), s.num_samples
@@ -142,6 +154,7 @@ def _tracker(
     the parent run at ``figures_step`` (the --extend round)."""
     from arith.training.cost import describe
     from sweeps.spec import space
+    from sweeps.spec.seed_trials import uses_seed_trials
     from sweeps.tracking.tracker import MLflowTracker
 
     resolve = functools.partial(space.resolve_run_config, spec.base, derived=spec.derived)
@@ -157,5 +170,6 @@ def _tracker(
         journal=out_dir / JOURNAL_FILE,
         model_dir=out_dir / "models",
         packs=packs,
+        seeds=list(spec.sweep.seeds) if uses_seed_trials(spec.sweep) else None,
         figures_step=figures_step,
     )

@@ -104,9 +104,15 @@ def _check_seeds(s: SweepSettings) -> None:
     if s.seeds is not None:
         require(len(s.seeds) > 0, "sweep.seeds", "expected a non-empty list, but got []")
         require(
-            s.search != "optuna" or len(s.seeds) == 1,
+            len(set(s.seeds)) == len(s.seeds),
             "sweep.seeds",
-            f"repeats over seeds need search grid or random, not optuna ({list(s.seeds)})",
+            f"expected each seed once, but got {list(s.seeds)}",
+        )
+        # With Optuna, each drawn config trains its seeds as one pack (sweeps.spec.seed_trials).
+        require(
+            s.search != "optuna" or len(s.seeds) == 1 or s.pack == 1,
+            "sweep.pack",
+            f"{s.pack}: Optuna's trials over seeds are packs of their seeds already (use 1)",
         )
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from arith.cli import one_line
 from sweeps.spec.identity import POINT_KEY, identity_tags
 from sweeps.spec.packing import PACK_KEY, Member, member_trial_id
+from sweeps.spec.seed_trials import SEED_KEY, seed_points, seed_trial_id
 from sweeps.tracking.outbox import Outbox, Record
 from sweeps.tracking.replay import attach_sweep, count_redo, replay_journal
 from sweeps.tracking.state import TrialState
@@ -73,6 +74,7 @@ class SweepRecords:
         metric: str | None = None,
         journal: Path | None = None,
         packs: list[list[Member]] | None = None,
+        seeds: list[int] | None = None,
         figures_step: int = 0,
     ) -> None:
         # The one writer to MLflow: it also holds the parent run and each trial's state.
@@ -85,6 +87,8 @@ class SweepRecords:
         # A packed sweep's packs (sweeps.spec.packing): each Tune trial is a pack, each member a
         # trial of its own here, with the id and child run it would have had unpacked.
         self.packs = packs
+        # Optuna's trials over seeds (sweeps.spec.seed_trials): each seed a trial of its own here.
+        self.seeds = seeds
         # The step of the sweep's figures on the parent run: its --extend round (0 before any).
         self.figures_step = figures_step
         # Work a restored trial did again: steps and training seconds since its checkpoint.
@@ -192,6 +196,9 @@ class SweepRecords:
         member's config, position)``)."""
         if POINT_KEY in config:  # an --extend's trial: its point is one key's value
             return [(trial_id, dict(config[POINT_KEY]), None)]
+        if self.seeds is not None:
+            points = seed_points(dict(config), self.seeds)
+            return [(seed_trial_id(trial_id, p[SEED_KEY]), p, i) for i, p in enumerate(points)]
         if self.packs is None:
             return [(trial_id, dict(config), None)]
         members = self.packs[config[PACK_KEY]]
@@ -206,7 +213,7 @@ class SweepRecords:
 
     def trial_reported(self, trial_id: str, config: dict[str, Any], result: dict) -> None:
         """A trial's result: its new metrics at the result's step, or train()'s summary."""
-        if self.packs is None:
+        if self.packs is None and self.seeds is None:
             self._result(trial_id, result)
             return
         for unit_id, _, i in self.units(trial_id, config):
