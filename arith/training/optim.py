@@ -37,6 +37,9 @@ class OptimConfig:
     """Steps of linear warmup from 0 to ``lr``."""
     min_lr_ratio: float = 0.1
     """Final learning rate of the cosine / linear decay, as a fraction of ``lr``."""
+    decay_steps: int | None = None
+    """Steps of the decay after warmup, after which the rate stays at its end; None: until
+    the run's last step. A recipe's schedule, apart from how long a run may train."""
     grad_clip: float | None = 1.0
     """Clip the global gradient norm to this; ``None`` disables clipping."""
     abacus_bias_lr_mult: float = 10.0
@@ -68,6 +71,11 @@ class OptimConfig:
         require(0 < self.eps < math.inf, "optim.eps", f"must be > 0 and finite, but got {self.eps}")
         require(
             self.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0, got {self.warmup_steps}"
+        )
+        require(
+            self.decay_steps is None or self.decay_steps >= 1,
+            "optim.decay_steps",
+            f"must be >= 1 or null, but got {self.decay_steps}",
         )
         require(
             0.0 <= self.min_lr_ratio <= 1.0,
@@ -102,7 +110,7 @@ def lr_factor(cfg: OptimConfig, step: int, total_steps: int) -> float:
         return (step + 1) / cfg.warmup_steps
     if cfg.schedule == "constant":
         return 1.0
-    decay_steps = max(1, total_steps - cfg.warmup_steps)
+    decay_steps = cfg.decay_steps or max(1, total_steps - cfg.warmup_steps)
     progress = min(1.0, (step - cfg.warmup_steps) / decay_steps)
     if cfg.schedule == "cosine":
         shape = 0.5 * (1.0 + math.cos(math.pi * progress))
