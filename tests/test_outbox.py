@@ -1,5 +1,6 @@
-"""The outbox's one decision, wait or go on, over real failures of MLflow stores; and a refused
-write that neither blocks the writes behind it nor leaves the journal."""
+"""The outbox's one decision, wait or go on, over real failures of MLflow stores; a refused
+write that neither blocks the writes behind it nor leaves the journal; and the journal written
+off Tune's loop, and complete at Tune's snapshots."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from unittest import mock
 
 import pytest
 from mlflow import MlflowClient
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 from sweep_procs import free_port
 from test_tracking import BASE, FakeTrial, eval_result
 
@@ -265,3 +267,46 @@ def test_combine_stops_where_one_request_could_not_hold_the_next_record():
     assert combine([{"op": "end", "trial": "t_0"}, row(1)]) == ({"op": "end", "trial": "t_0"}, 1)
     many = [{**row(i), "metrics": {f"m{j}": 0.0 for j in range(300)}} for i in range(5)]
     assert combine(many)[1] == 3  # 900 metrics; a fourth record would pass MLflow's 1000
+
+
+def test_tunes_loop_only_queues_and_a_snapshot_finds_every_record_journaled(tmp_path, monkeypatch):
+    """A store that holds the writer thread in a request: the results Tune hands on meanwhile
+    are queued without a flush to the disk on Tune's thread; the snapshot's get_state returns
+    without waiting for the store, and the journal then holds every record not delivered, for a
+    driver killed right after the snapshot. (Before, every send appended and flushed on
+    Tune's thread.)"""
+    uri, tracker, trial = _held_tracker(tmp_path)
+    inside, release = threading.Event(), threading.Event()
+    real = SqlAlchemyStore.log_batch
+
+    def held(self, *args, **kwargs):
+        inside.set()
+        release.wait(60)
+        return real(self, *args, **kwargs)
+
+    flushed_on: list[str] = []  # the threads that flushed the journal to the disk
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        flushed_on.append(threading.current_thread().name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(SqlAlchemyStore, "log_batch", held)
+    monkeypatch.setattr(os, "fsync", fsync)
+    try:
+        tracker.on_trial_result(1, [], trial, eval_result(0, 0.0))
+        assert inside.wait(30)  # the writer thread is in the store's hands
+        for i in range(1, 5):
+            tracker.on_trial_result(i + 1, [], trial, eval_result(10 * i, i / 10))
+        assert threading.current_thread().name not in flushed_on, flushed_on
+        snapshot = threading.Thread(target=tracker.get_state)
+        snapshot.start()
+        snapshot.join(30)
+        assert not snapshot.is_alive(), "get_state waited for the store"
+        journaled = [r["what"] for r in read_journal(tmp_path / "j.jsonl")]
+        assert journaled == [f"metrics of t_0 at step {10 * i}" for i in range(5)]
+    finally:
+        release.set()
+    assert tracker.outbox.flush() and (tmp_path / "j.jsonl").read_text() == ""
+    history = MlflowClient(uri).get_metric_history(tracker.trials["t_0"].run_id, "val/exact_match")
+    assert [m.step for m in history] == [0, 10, 20, 30, 40]

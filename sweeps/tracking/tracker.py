@@ -38,6 +38,13 @@ class MLflowTracker(SweepRecords, Callback):
 
     # ---- state: MLflow is the truth; Tune's copy only remembers the parent run ----
     def get_state(self) -> dict[str, Any]:
+        # Tune calls this as it snapshots the experiment (TuneController.save_to_dir), and only
+        # then; the snapshot reaches the storage --resume reads after this returns. Every record
+        # queued so far may come from a result the snapshot holds, which a resume will not
+        # report again: the journal takes those the writer thread has not delivered or
+        # journaled yet, so that a driver killed right after the snapshot loses none. Local
+        # disk only, at snapshots only: Tune's loop never waits for the store here.
+        self.outbox.persist()
         return {"parent_run_id": self.parent_run_id}
 
     def set_state(self, state: dict[str, Any]) -> None:
