@@ -14,7 +14,10 @@ it at once for a caller that must know them on the disk (Tune's snapshot of the 
 
 Waiting writes that ``combine`` can merge (a trial's metrics at several steps) go out as one
 request: when the store is slow the queue grows and its batches with it, so a slow server costs
-about a request per trial and kind of write, not one per result.
+about a request per trial and kind of write, not one per result. A record too big for one
+request is cut by ``split`` as it is queued, so that each write the thread tries is one request:
+MLflow's client would cut it itself, and a retry after its second request failed would send the
+first one's metric points again.
 
 Only an outage waits (``is_transient``). A write the store refused, or one that failed for any
 other reason (a bug), is reported once and stays in the journal, where a resumed sweep tries it
@@ -86,7 +89,8 @@ class Outbox:
     records in order, stopping at the first write that failed transiently; it tries again
     ``backoff_s`` later, so that a dead server costs one refused connection per second, not one
     per result. ``flush`` and ``drain`` wait for it. ``journal``: the file where waiting
-    records, and refused ones, are kept (cut down each time nothing waits).
+    records, and refused ones, are kept (cut down each time nothing waits). ``split(record)``:
+    the records, each one request, that a record too big for one becomes.
     """
 
     def __init__(
@@ -95,10 +99,12 @@ class Outbox:
         journal: Path | None = None,
         backoff_s: float = 1.0,
         combine: Callable[[list[Record]], tuple[Record, int]] | None = None,
+        split: Callable[[Record], list[Record]] | None = None,
     ) -> None:
         self.apply = apply
         # (one record for the first n waiting ones, n): writes that may go out as one request
         self.combine = combine
+        self.split = split
         self._singly = 0  # records to try one at a time: a combined write failed for good
         self.journal = journal
         self.pending: collections.deque[_Entry] = collections.deque()  # the driver appends,
@@ -127,22 +133,28 @@ class Outbox:
         """Queue ``record`` (its ``what`` names it in messages) behind those waiting and wake
         the writer thread, which journals it before it delivers it; returns at once.
         ``journaled``: it is in the journal already (a replayed record)."""
+        entries = self._entries([record], journaled)
         with self._cond:
-            self._queue([record], journaled)
+            self._queue(entries)
             self._wake()
 
     def enqueue(self, records: list[Record], journaled: bool = False) -> None:
         """Put ``records`` behind those waiting, all at once; the next ``send``, ``flush`` or
         ``drain`` has them delivered."""
+        entries = self._entries(records, journaled)
         with self._cond:
-            self._queue(records, journaled)
+            self._queue(entries)
 
-    def _queue(self, records: list[Record], journaled: bool) -> None:
-        for record in records:
-            entry = _Entry(record, journaled)
-            self.pending.append(entry)
-            if not journaled and self.journal is not None:
-                self._unjournaled.append(entry)
+    def _entries(self, records: list[Record], journaled: bool) -> list[_Entry]:
+        """``records`` as queue entries, each cut by ``split`` into requests (outside the lock:
+        the writer thread may be taking the queue's head meanwhile)."""
+        split = self.split if self.split is not None else lambda record: [record]
+        return [_Entry(part, journaled) for record in records for part in split(record)]
+
+    def _queue(self, entries: list[_Entry]) -> None:
+        self.pending.extend(entries)
+        if self.journal is not None:
+            self._unjournaled.extend(entry for entry in entries if not entry.journaled)
 
     def persist(self) -> None:
         """Append to the journal, flushed to the disk, every record queued and not in it yet
