@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import math
+import pickle
+import time
 
 import pandas as pd
 import pytest
@@ -21,6 +23,7 @@ from sweeps.analysis.convergence import (
     monitored_metric,
 )
 from sweeps.analysis.tables import build_table, to_markdown
+from sweeps.runtime.callbacks import bind
 from sweeps.spec.space import resolve_run_config
 from sweeps.spec.table_block import TableSpec
 from sweeps.tracking.tracker import MLflowTracker
@@ -179,3 +182,41 @@ def test_a_trial_cut_by_the_sweeps_time_budget_is_labelled_time_budget(
     tags = run.data.tags
     assert (tags["sweep.status"], tags["sweep.stopped_reason"]) == (status, reason)
     assert tags[CONVERGENCE_TAG] == label
+
+
+@pytest.mark.parametrize("again", ["lost_trial_round", "resume"])
+def test_a_trial_cut_after_the_budget_ran_out_in_a_later_round_is_labelled_time_budget(
+    tmp_path, again
+):
+    """The sweep's budget runs out after the first fit set Tune up; then Tune is set up again
+    from its snapshot, by a lost-trial round (sweeps.runtime.lost: this driver's callbacks) or
+    by --resume (a new driver's). Tune's TimeoutStopper, restored, counts on from the first
+    fit, so the trials it cuts then are the budget's; before, each setup started the
+    tracker's budget clock anew and labelled them stopped by the scheduler."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    resolve = functools.partial(resolve_run_config, {"model": {"d_model": 16}}, derived={})
+    tracker = MLflowTracker(uri, "budget", resolve, describe)
+    callbacks = bind(f"budget-{again}", [tracker])
+    info = {"stop": None, "num_samples": 1, "total_num_samples": 1, "time_budget_s": 1.0}
+    callbacks.setup(**info)
+    tracker.start_parent("sweep: {name: budget}\n")
+    trial = FakeTrial("t_0", {"model.d_model": 16})
+    callbacks.on_trial_start(0, [], trial)
+    snapshot = pickle.loads(pickle.dumps(callbacks))  # what Tune saves and restores
+    state = pickle.loads(pickle.dumps(callbacks.get_state()))
+    assert tracker.outbox.flush()
+    time.sleep(1.2)  # the budget runs out
+    if again == "resume":  # a new driver: its own tracker, bound under the sweep's name
+        tracker = MLflowTracker(uri, "budget", resolve, describe)
+        bind(f"budget-{again}", [tracker])
+    snapshot.set_state(state)
+    snapshot.setup(**info)
+    snapshot.on_trial_start(1, [], trial)
+    snapshot.on_trial_complete(2, [], trial)  # cut by Tune's stopper
+    tracker.finish_parent()
+    client = MlflowClient(uri)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name("budget").experiment_id], "tags.`sweep.role` = 'trial'"
+    )
+    tags = run.data.tags
+    assert (tags["sweep.status"], tags["sweep.stopped_reason"]) == ("TERMINATED", "time_budget")

@@ -1,7 +1,8 @@
 """A trial's model as an MLflow model (``sweeps.tracking.model_flavor``): it loads with
-``mlflow.pyfunc.load_model("runs:/<id>/model")``, ``mlflow models serve`` serves it,
-``sweeps.run --register`` registers the best trial's, and ``sweeps.predict`` still answers on
-runs logged before (``model/model.pt`` alone)."""
+``mlflow.pyfunc.load_model("runs:/<id>/model")``, also where the project is not installed,
+``mlflow models serve`` serves it there, ``sweeps.run --register`` registers the best trial's,
+and models saved before (their class pickled by name) and runs logged before that
+(``model/model.pt`` alone) still answer where the project is installed."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.request
+import venv
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import mlflow
@@ -18,7 +22,7 @@ import pytest
 from mlflow import MlflowClient
 from sweep_procs import SMOKE, free_port, stop_mlflow_server
 
-from sweeps.tracking.model_flavor import save_pyfunc
+from sweeps.tracking.model_flavor import ArithModel, requirements, save_pyfunc
 from sweeps.tracking.registry import RegisterError, name_error, register_best
 from sweeps.tracking.state import TrialState
 from sweeps.tracking.writer import MLflowWriter
@@ -62,7 +66,56 @@ def store(tmp_path_factory):
     writer.apply({"op": "model", "trial": "t_0", "folder": str(folder)})
     old = writer.client.create_run(writer.experiment()).info.run_id
     writer.client.log_artifacts(old, str(folder), "model")  # the layout before MLflow models
-    return {"uri": uri, "run_id": writer.trials["t_0"].run_id, "old": old, "tmp": tmp}
+    pickled = writer.client.create_run(writer.experiment()).info.run_id
+    writer.client.log_artifacts(pickled, str(_pickled_model(folder, tmp / "pickled")), "model")
+    return {"uri": uri, "run_id": writer.trials["t_0"].run_id, "old": old, "pickled": pickled,
+            "tmp": tmp}  # fmt: skip
+
+
+def _pickled_model(folder: Path, into: Path) -> Path:
+    """``folder`` as models were saved before they carried their code: the pyfunc's class
+    pickled by its name, ``sweeps.tracking.model_flavor.ArithModel``."""
+    (into / "checkpoint").mkdir(parents=True)
+    for name in ("model.pt", "config.yaml"):
+        (into / "checkpoint" / name).write_bytes((folder / name).read_bytes())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ArithModel, "__module__", "sweeps.tracking.model_flavor")
+        mlflow.pyfunc.save_model(
+            into / "model",
+            python_model=ArithModel(),
+            artifacts={"checkpoint": str(into / "checkpoint")},
+            pip_requirements=requirements(),
+        )
+    assert b"sweeps.tracking.model_flavor" in (into / "model" / "python_model.pkl").read_bytes()
+    return into / "model"
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory) -> dict:
+    """A virtual environment with this one's packages (MLflow, torch, ...) and their commands
+    (``mlflow``, ``uvicorn``), as ``pip install mlflow torch`` leaves one, but not this project:
+    its site-packages names this one's in a .pth file, and the project's editable install,
+    itself a .pth file there, is not read (Python reads .pth files in site-packages folders
+    only). ``python``, ``env`` (no PYTHONPATH, its commands first on PATH) and ``cwd`` (outside
+    the repository) to run things there."""
+    root = tmp_path_factory.mktemp("bare")
+    venv.create(root / "venv", with_pip=False, symlinks=True)
+    bin_dir = root / "venv" / "bin"
+    (site,) = (root / "venv").glob("lib/python*/site-packages")
+    (site / "this_venvs_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    for name in ("mlflow", "uvicorn"):
+        module, func = next(iter(entry_points(group="console_scripts", name=name))).value.split(":")
+        script = f"#!{bin_dir / 'python'}\nimport sys\nfrom {module} import {func}\n"
+        (bin_dir / name).write_text(script + f"sys.exit({func}())\n")
+        (bin_dir / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    bare = {"python": str(bin_dir / "python"), "env": env, "cwd": root}
+    for package in ("arith", "sweeps"):
+        found = subprocess.run([bare["python"], "-c", f"import {package}"], cwd=root, env=env,
+                               capture_output=True, text=True)  # fmt: skip
+        assert f"No module named '{package}'" in found.stderr, found
+    return bare
 
 
 def test_a_logged_trial_model_loads_and_answers_with_pyfunc(store, monkeypatch):
@@ -82,11 +135,53 @@ def test_a_logged_trial_model_loads_and_answers_with_pyfunc(store, monkeypatch):
         model.predict(["hello"])
 
 
+def test_a_trial_model_loads_and_answers_where_the_project_is_not_installed(store, bare):
+    """As a user who installed MLflow and torch, not this project: the model carries its code
+    (before, loading it failed with "No module named 'sweeps'")."""
+    script = f"""
+import json, sys
+import mlflow.pyfunc
+model = mlflow.pyfunc.load_model("runs:/{store["run_id"]}/model")
+answers = model.predict({PROMPTS!r})
+import arith
+sweeps = [name for name in sys.modules if name.split(".")[0] == "sweeps"]
+print(json.dumps({{"answers": answers, "arith": arith.__file__, "sweeps": sweeps}}))
+"""
+    env = {**bare["env"], "MLFLOW_TRACKING_URI": store["uri"]}
+    done = subprocess.run([bare["python"], "-c", script], cwd=bare["cwd"], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    there = json.loads(done.stdout.splitlines()[-1])
+    assert there["sweeps"] == [] and "arith.zip" in there["arith"], there
+    assert there["answers"] == _load(store, store["run_id"]).predict(PROMPTS)
+
+
+def _load(store, run_id: str):
+    """The pyfunc model of run ``run_id``, loaded here."""
+    uri = f"runs:/{run_id}/model"
+    return mlflow.pyfunc.load_model(
+        mlflow.artifacts.download_artifacts(uri, tracking_uri=store["uri"])
+    )
+
+
+def test_a_model_saved_before_with_its_class_pickled_still_answers_where_the_project_is(store):
+    answers = _load(store, store["pickled"]).predict(PROMPTS)
+    assert answers == _load(store, store["run_id"]).predict(PROMPTS)
+    asked = run("-m", "sweeps.predict", f"runs:/{store['pickled']}", *PROMPTS,
+                "--tracking-uri", store["uri"])  # fmt: skip
+    assert asked.returncode == 0, asked.stderr
+    assert asked.stdout.splitlines() == answers
+
+
 def test_the_logged_model_holds_its_checkpoint_example_and_pinned_requirements(store):
     client = MlflowClient(store["uri"])
     run_id = store["run_id"]
     held = {a.path for a in client.list_artifacts(run_id, "model")}
     assert {"model/MLmodel", "model/requirements.txt", "model/input_example.json"} <= held
+    # its code, nothing pickled (a pickle names the module of its class)
+    assert {"model/arith_model.py", "model/code"} <= held and "model/python_model.pkl" not in held
+    code = {a.path for a in client.list_artifacts(run_id, "model/code")}
+    assert code == {"model/code/arith.zip"}
     checkpoint = {a.path for a in client.list_artifacts(run_id, "model/artifacts/checkpoint")}
     assert checkpoint == {f"model/artifacts/checkpoint/{n}" for n in ("model.pt", "config.yaml")}
     local = Path(client.download_artifacts(run_id, "model", dst_path=str(store["tmp"] / "dl")))
@@ -98,10 +193,12 @@ def test_the_logged_model_holds_its_checkpoint_example_and_pinned_requirements(s
 
 
 def test_saving_does_not_load_the_model_or_infer_requirements(store, monkeypatch, tmp_path):
-    """Logging stays fast: nothing is inferred (no requirements, no model loaded to predict)."""
+    """Logging stays fast: nothing is inferred (no requirements, no model loaded to predict:
+    saving runs the model's code, whose ArithModel is a class of its own, and its load_context
+    and predict call arith.predict's load_model and complete)."""
     import mlflow.models
 
-    from sweeps.tracking.model_flavor import ArithModel
+    import arith.predict
 
     def refuse(*args, **kwargs):
         raise AssertionError("inferred while saving")
@@ -109,6 +206,8 @@ def test_saving_does_not_load_the_model_or_infer_requirements(store, monkeypatch
     monkeypatch.setattr(mlflow.models, "infer_pip_requirements", refuse)
     monkeypatch.setattr(ArithModel, "load_context", refuse)
     monkeypatch.setattr(ArithModel, "predict", refuse)
+    monkeypatch.setattr(arith.predict, "load_model", refuse)
+    monkeypatch.setattr(arith.predict, "complete", refuse)
     save_pyfunc(store["tmp"] / "exported", tmp_path / "model")
     assert (tmp_path / "model" / "artifacts" / "checkpoint" / "model.pt").is_file()
 
@@ -122,12 +221,14 @@ def test_sweeps_predict_still_answers_a_run_logged_before(store):
 
 
 @pytest.mark.slow
-def test_mlflow_models_serve_answers_on_127_0_0_1(store, tmp_path):
+def test_mlflow_models_serve_answers_on_127_0_0_1_where_the_project_is_not_installed(
+    store, bare, tmp_path
+):
     port = free_port()
-    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    mlflow_bin = Path(bare["python"]).with_name("mlflow")
     args = [str(mlflow_bin), "models", "serve", "-m", f"runs:/{store['run_id']}/model"]
     args += ["--env-manager", "local", "-p", str(port), "-h", "127.0.0.1"]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store["uri"], "PYTHONPATH": str(ROOT)}
+    env = {**bare["env"], "MLFLOW_TRACKING_URI": store["uri"]}
     log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 -- the server outlives this line
     server = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)  # fmt: skip

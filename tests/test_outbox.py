@@ -1,5 +1,7 @@
-"""The outbox's one decision, wait or go on, over real failures of MLflow stores; and a refused
-write that neither blocks the writes behind it nor leaves the journal."""
+"""The outbox's one decision, wait or go on, over real failures of MLflow stores; a refused
+write that neither blocks the writes behind it nor leaves the journal; the journal written off
+Tune's loop, and complete at Tune's snapshots; and requests that stay within MLflow's limits,
+so that a retry never sends a metric point twice."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from unittest import mock
 
 import pytest
 from mlflow import MlflowClient
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH
 from sweep_procs import free_port
 from test_tracking import BASE, FakeTrial, eval_result
 
@@ -22,6 +26,7 @@ from sweeps.runtime.preflight import HTTP_ENV
 from sweeps.spec.space import resolve_run_config
 from sweeps.tracking.outbox import is_transient, read_journal
 from sweeps.tracking.tracker import MLflowTracker
+from sweeps.tracking.writer import MLflowWriter, over_limits
 
 
 @pytest.fixture
@@ -249,8 +254,6 @@ def test_a_combined_write_the_store_refuses_is_tried_one_record_at_a_time(
 
 
 def test_combine_stops_where_one_request_could_not_hold_the_next_record():
-    from sweeps.tracking.writer import MLflowWriter
-
     def row(step, trial="t_0", **more):
         return {"op": "metrics", "trial": trial, "step": step, "metrics": {"x": 1.0}, **more}
 
@@ -265,3 +268,101 @@ def test_combine_stops_where_one_request_could_not_hold_the_next_record():
     assert combine([{"op": "end", "trial": "t_0"}, row(1)]) == ({"op": "end", "trial": "t_0"}, 1)
     many = [{**row(i), "metrics": {f"m{j}": 0.0 for j in range(300)}} for i in range(5)]
     assert combine(many)[1] == 3  # 900 metrics; a fourth record would pass MLflow's 1000
+    # 950 metrics and 60 params are more than the 1000 entities a request may hold in all
+    wide = {**row(1), "metrics": {f"m{j}": 0.0 for j in range(950)}}
+    assert combine([wide, row(2, params={f"p{j}": "1" for j in range(60)})])[1] == 1
+
+
+def test_split_cuts_a_record_into_requests_with_a_summarys_tags_last():
+    summary = {
+        "op": "metrics", "trial": "t_0", "step": 20, "summary": True, "what": "summary of t_0",
+        "metrics": {f"m{j}": float(j) for j in range(1500)},
+        "params": {f"p{j}": str(j) for j in range(150)}, "tags": {"sweep.stopped_reason": "x"},
+    }  # fmt: skip
+    parts = MLflowWriter.split(summary)
+    assert len(parts) == 3
+    for part in parts:
+        sizes = [len(part.get(kind) or {}) for kind in ("metrics", "params", "tags")]
+        assert not over_limits(*sizes) and sum(sizes) <= MAX_ENTITIES_PER_BATCH, sizes
+        assert (part["op"], part["trial"], part["step"]) == ("metrics", "t_0", 20)
+    for kind in ("metrics", "params", "tags"):  # each once, in order
+        joined = [key for part in parts for key in part.get(kind) or {}]
+        assert joined == list(summary[kind]), kind
+    assert [p.get("summary") for p in parts] == [None, None, True]
+    assert parts[-1]["tags"] == summary["tags"]
+    assert parts[0]["what"] == "summary of t_0 (part 1 of 3)"
+    small = {**summary, "metrics": {"x": 1.0}, "params": {}}
+    assert MLflowWriter.split(small) == [small]
+    assert MLflowWriter.split({"op": "end", "trial": "t_0"}) == [{"op": "end", "trial": "t_0"}]
+
+
+def test_a_retry_after_a_big_records_second_request_failed_sends_no_point_twice(
+    tmp_path, monkeypatch
+):
+    """A result of 1500 metrics is two requests (MLflow allows 1000 metrics in one); the store
+    fails the second once, as a server going away between them would. Before records were cut
+    to MLflow's limits, MLflow's client made both requests of one write, and the retry sent the
+    first 1000 points again."""
+    uri, tracker, trial = _held_tracker(tmp_path)
+    sizes: list[int] = []
+    real = SqlAlchemyStore.log_batch
+
+    def second_fails_once(self, run_id, metrics, params, tags):
+        sizes.append(len(metrics))
+        if len(sizes) == 2:
+            raise ConnectionError("connection reset by peer")  # an outage: the outbox waits
+        return real(self, run_id, metrics, params, tags)
+
+    monkeypatch.setattr(SqlAlchemyStore, "log_batch", second_fails_once)
+    tracker.outbox.backoff_s = 0.05
+    wide = {**eval_result(10, 0.5), **{f"val/exact_match/cell_{j}": 0.5 for j in range(1500)}}
+    tracker.on_trial_result(1, [], trial, wide)
+    assert tracker.outbox.drain(30) and tracker.outbox.failures == 1
+    client, run_id = MlflowClient(uri), tracker.trials["t_0"].run_id
+    for key in ("val/exact_match/cell_0", "val/exact_match/cell_999", "val/exact_match/cell_1499"):
+        assert [m.step for m in client.get_metric_history(run_id, key)] == [10], key
+    assert len(client.get_run(run_id).data.metrics) == len(wide) - 10  # Tune's keys left out
+    assert len(sizes) == 3 and max(sizes) <= 1000, sizes
+
+
+def test_tunes_loop_only_queues_and_a_snapshot_finds_every_record_journaled(tmp_path, monkeypatch):
+    """A store that holds the writer thread in a request: the results Tune hands on meanwhile
+    are queued without a flush to the disk on Tune's thread; the snapshot's get_state returns
+    without waiting for the store, and the journal then holds every record not delivered, for a
+    driver killed right after the snapshot. (Before, every send appended and flushed on
+    Tune's thread.)"""
+    uri, tracker, trial = _held_tracker(tmp_path)
+    inside, release = threading.Event(), threading.Event()
+    real = SqlAlchemyStore.log_batch
+
+    def held(self, *args, **kwargs):
+        inside.set()
+        release.wait(60)
+        return real(self, *args, **kwargs)
+
+    flushed_on: list[str] = []  # the threads that flushed the journal to the disk
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        flushed_on.append(threading.current_thread().name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(SqlAlchemyStore, "log_batch", held)
+    monkeypatch.setattr(os, "fsync", fsync)
+    try:
+        tracker.on_trial_result(1, [], trial, eval_result(0, 0.0))
+        assert inside.wait(30)  # the writer thread is in the store's hands
+        for i in range(1, 5):
+            tracker.on_trial_result(i + 1, [], trial, eval_result(10 * i, i / 10))
+        assert threading.current_thread().name not in flushed_on, flushed_on
+        snapshot = threading.Thread(target=tracker.get_state)
+        snapshot.start()
+        snapshot.join(30)
+        assert not snapshot.is_alive(), "get_state waited for the store"
+        journaled = [r["what"] for r in read_journal(tmp_path / "j.jsonl")]
+        assert journaled == [f"metrics of t_0 at step {10 * i}" for i in range(5)]
+    finally:
+        release.set()
+    assert tracker.outbox.flush() and (tmp_path / "j.jsonl").read_text() == ""
+    history = MlflowClient(uri).get_metric_history(tracker.trials["t_0"].run_id, "val/exact_match")
+    assert [m.step for m in history] == [0, 10, 20, 30, 40]

@@ -1,17 +1,20 @@
 """A tracking server that answers slowly (a real ``mlflow server`` behind a proxy on 127.0.0.1
 that holds every request back) does not slow Tune down: the driver's writes go through the
-outbox's writer thread, so trials are scheduled on time and nothing is lost."""
+outbox's writer thread, so no Tune callback waits on the store, trials are scheduled on time
+and nothing is lost."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import socket
 import threading
 import time
 
 import pytest
 from sweep_procs import (
+    ROOT,
     assert_no_duplicate_steps,
     children,
     free_port,
@@ -111,7 +114,9 @@ def test_a_slow_server_does_not_hold_up_the_trials(tmp_path, slow_server):
     on the writer thread, in order, all delivered."""
     uri = f"http://127.0.0.1:{slow_server.port}"
     start = time.monotonic()
-    proc = start_sweep(tmp_path, uri, ["base.train.max_steps=30"])
+    watched = tmp_path / "callbacks.json"  # what Tune's callbacks waited on (callback_probe.py)
+    probe = (str(ROOT / "tests" / "callback_probe.py"), str(watched))
+    proc = start_sweep(tmp_path, uri, ["base.train.max_steps=30"], launcher=probe)
     try:
         code = proc.wait(timeout=240)
     finally:
@@ -137,6 +142,7 @@ def test_a_slow_server_does_not_hold_up_the_trials(tmp_path, slow_server):
     )
     assert max(waits) < 3.0, (waits, tune_s, writes_s)
     assert tune_s < 0.3 * writes_s, (tune_s, writes_s)
+    _assert_no_callback_waited_on_the_store(json.loads(watched.read_text()))
 
     direct = f"http://127.0.0.1:{slow_server.target_port}"
     parents, runs = children(direct, "smoke")
@@ -149,3 +155,17 @@ def test_a_slow_server_does_not_hold_up_the_trials(tmp_path, slow_server):
     assert assert_no_duplicate_steps(direct, runs) > 0
     journal = tmp_path / "out" / "smoke" / "mlflow_outbox.jsonl"
     assert not journal.exists() or journal.read_text() == ""  # nothing left waiting
+
+
+def _assert_no_callback_waited_on_the_store(watched: dict) -> None:
+    """No hook of the sweep's Tune callback made a request to the store or waited for the
+    outbox's writer thread; the journal went to the disk on the writer thread, or in
+    get_state, at Tune's snapshots (a driver killed after one must find its records there),
+    never in a hook of every result (measured before: once per record queued)."""
+    calls = watched["calls"]
+    assert calls.get("setup") == 1 and calls.get("on_trial_complete") == 4, calls
+    assert calls.get("on_trial_result", 0) >= 8 and calls.get("get_state", 0) >= 1, calls
+    store = [w for w in watched["waits"] if w["kind"] != "journal"]
+    assert not store, store[:10]
+    journal = [w for w in watched["waits"] if w["kind"] == "journal" and w["hook"] != "get_state"]
+    assert not journal, journal[:10]

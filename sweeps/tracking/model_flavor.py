@@ -1,55 +1,48 @@
-"""A trial's model as an MLflow model: a pyfunc around its checkpoint folder.
+"""A trial's model as an MLflow model: a pyfunc around its checkpoint folder, carrying its code.
 
 ``mlflow.pyfunc.load_model("runs:/<id>/model").predict(["123 + 456 ="])`` -> ``["579"]``: one
 greedy answer per prompt, by ``arith.predict``'s functions. A trial run's ``model/`` artifact::
 
-    model/MLmodel, python_model.pkl, requirements.txt, input_example.json, ...
+    model/MLmodel, arith_model.py, requirements.txt, input_example.json, ...
+    model/code/arith.zip                                (arith, as one zip file)
     model/artifacts/checkpoint/model.pt, config.yaml    (what ``arith.predict`` reads)
 
-Runs logged before held ``model/model.pt`` and ``model/config.yaml`` directly;
-``checkpoint_folder`` finds either. The requirements are given (torch, numpy and PyYAML pinned
-to this environment's versions): MLflow's inference of them loads the model in a subprocess,
-seconds per trial, many times the save and upload themselves. The code is not copied into the
-model: ``sweeps`` and ``arith`` come from the environment that loads it
-(``mlflow models serve --env-manager local``, or this project installed).
+The model is its code (MLflow's models from code: ``sweeps/tracking/arith_model.py``, which
+imports nothing of ``sweeps``) and the ``arith`` package beside it, so it loads and serves with
+MLflow, torch, numpy and PyYAML alone. ``arith`` travels as one zip (about 60 source files):
+a model is uploaded per trial, file by file. Models saved before pickled
+``sweeps.tracking.model_flavor.ArithModel`` by name (``python_model.pkl``) and load where this
+project is installed, and runs logged before that held ``model/model.pt`` and
+``model/config.yaml`` directly; ``checkpoint_folder`` finds either. The requirements are given
+(torch, numpy and PyYAML pinned to this environment's versions): MLflow's inference of them
+loads the model in a subprocess, seconds per trial, many times the save and upload themselves.
 """
 
 from __future__ import annotations
 
-import logging
 import shutil
+import zipfile
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 import mlflow.pyfunc
-import pandas as pd
 import yaml
-from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.types import ColSpec, DataType, Schema
 
+import arith
 from arith import config as config_lib
-from arith.predict import complete, load_model, problem_ids
 from arith.text.formats import build_format
 from arith.training.checkpoint import MODEL_FILE
+from sweeps.tracking import arith_model
+from sweeps.tracking.arith_model import CHECKPOINT
 
-CHECKPOINT = "checkpoint"  # the pyfunc's artifact: the model folder, under artifacts/
+# The name models saved before pickled their class by: they load where this project is installed.
+ArithModel = arith_model.ArithModel
+
 SIGNATURE = ModelSignature(
     inputs=Schema([ColSpec(DataType.string)]), outputs=Schema([ColSpec(DataType.string)])
 )
-
-
-class _PickledByReference(logging.Filter):
-    """MLflow 3 warns at every save that a PythonModel object is pickled. ``ArithModel`` holds
-    nothing: it pickles as a reference to its class, imported from ``sweeps`` when loaded (read
-    and judged harmless; one line per trial on the driver otherwise)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "serialized using CloudPickle" not in record.getMessage()
-
-
-logging.getLogger("mlflow.pyfunc").addFilter(_PickledByReference())
 
 
 def requirements() -> list[str]:
@@ -59,40 +52,11 @@ def requirements() -> list[str]:
     return [f"{name}=={version(dist).split('+')[0]}" for name, dist in pins.items()]
 
 
-class ArithModel(mlflow.pyfunc.PythonModel):
-    """Answers prompts of the model's task in its format, e.g. ``"123 + 456 ="`` -> ``"579"``
-    for plain addition: a list of strings in (or a DataFrame whose first column holds them),
-    a list of answers out. A prompt it cannot read is a 400 from the server, naming it."""
-
-    def load_context(self, context) -> None:
-        self.model, self.fmt = load_model(context.artifacts[CHECKPOINT])
-
-    # Typed DataFrame, what pyfunc hands it: MLflow infers no signature from that type, so a
-    # save keeps SIGNATURE and runs no predict on the example (nor warns that hints are missing).
-    def predict(
-        self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None
-    ) -> list[str]:
-        answers = []
-        for prompt in _prompts(model_input):
-            try:
-                answers.append(complete(self.model, self.fmt, problem_ids(self.fmt, prompt)))
-            except ValueError as err:
-                raise MlflowException.invalid_parameter_value(f"prompt {prompt!r}: {err}") from None
-        return answers
-
-
-def _prompts(model_input: Any) -> list[str]:
-    """The prompts in what ``predict`` is given: pyfunc's DataFrame (the signature's one string
-    column, whatever its name: a list of prompts arrives as one), or, called directly, a list."""
-    if isinstance(model_input, pd.DataFrame):
-        model_input = model_input.iloc[:, 0]
-    return [str(p) for p in ([model_input] if isinstance(model_input, str) else model_input)]
-
-
 def save_pyfunc(folder: str | Path, into: str | Path) -> Path:
     """The MLflow model of the model folder ``folder`` (``model.pt``, ``config.yaml``), written
-    to the new folder ``into``: signature, an input example in the model's own format, and the
-    requirements given (nothing inferred, so no model is loaded here)."""
+    to the new folder ``into``: its code (``arith_model.py`` and ``arith.zip``), signature, an
+    input example in the model's own format, and the requirements given (nothing inferred, so
+    no model is loaded here)."""
     from sweeps.analysis.collect import no_progress_bar  # here: a server loading a model
     # needs none of collect's tables and plots
 
@@ -106,7 +70,8 @@ def save_pyfunc(folder: str | Path, into: str | Path) -> Path:
         with no_progress_bar():
             mlflow.pyfunc.save_model(
                 into,
-                python_model=ArithModel(),
+                python_model=arith_model.__file__,  # MLflow keeps it, and runs it to load
+                code_paths=[str(_arith_zip(staged.parent))],
                 artifacts={CHECKPOINT: str(staged)},
                 signature=SIGNATURE,
                 input_example=[example],
@@ -116,6 +81,18 @@ def save_pyfunc(folder: str | Path, into: str | Path) -> Path:
     finally:
         shutil.rmtree(staged.parent, ignore_errors=True)
     return into
+
+
+def _arith_zip(into: Path) -> Path:
+    """The ``arith`` package's files (no bytecode) as ``into/arith.zip``, importable from there
+    (``zipimport``): one upload, not one per source file."""
+    root = Path(arith.__file__).parent
+    path = into / "arith.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
+        for file in sorted(root.rglob("*")):
+            if file.is_file() and "__pycache__" not in file.parts:
+                out.write(file, Path("arith") / file.relative_to(root))
+    return path
 
 
 def checkpoint_folder(model_dir: str | Path) -> Path:

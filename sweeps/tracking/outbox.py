@@ -4,14 +4,20 @@ A writer thread carries the writes out, so that a slow or silent store holds up 
 event loop). When the store is unreachable, writes wait in order and the thread retries them,
 with a bounded wait at the end of a sweep, so a short outage loses nothing and does not stop
 trials. A write is a record (a JSON-able dict) that ``apply`` carries out. Every record is
-appended to a journal file (one JSON line each) when it is queued, so that a driver killed
+appended to a journal file (one JSON line each) before it is delivered, so that a driver killed
 before the thread delivered it (during an outage, or while Tune had already saved the
 checkpoint a result came with) loses nothing either: ``--resume`` reads them back
-(``read_journal``) and delivers them, in order, skipping what MLflow already holds.
+(``read_journal``) and delivers them, in order, skipping what MLflow already holds. The writer
+thread appends them, each batch it finds waiting with one flush to the disk; ``persist`` does
+it at once for a caller that must know them on the disk (Tune's snapshot of the experiment,
+``sweeps.tracking.tracker``), and ``flush``, ``drain`` and ``close`` do it before they return.
 
 Waiting writes that ``combine`` can merge (a trial's metrics at several steps) go out as one
 request: when the store is slow the queue grows and its batches with it, so a slow server costs
-about a request per trial and kind of write, not one per result.
+about a request per trial and kind of write, not one per result. A record too big for one
+request is cut by ``split`` as it is queued, so that each write the thread tries is one request:
+MLflow's client would cut it itself, and a retry after its second request failed would send the
+first one's metric points again.
 
 Only an outage waits (``is_transient``). A write the store refused, or one that failed for any
 other reason (a bug), is reported once and stays in the journal, where a resumed sweep tries it
@@ -64,17 +70,27 @@ def is_transient(err: BaseException) -> bool:
     return False
 
 
+class _Entry:
+    """A queued record, and whether it is in the journal or delivered yet."""
+
+    __slots__ = ("delivered", "journaled", "record")
+
+    def __init__(self, record: Record, journaled: bool) -> None:
+        self.record, self.journaled, self.delivered = record, journaled, False
+
+
 class Outbox:
     """MLflow writes in order, carried out by a writer thread of their own; a write that fails
     for want of a store waits, with those after it.
 
-    ``send`` only queues a record and wakes the thread, so that a slow or silent store never
-    holds up its caller (Tune's event loop: a trial's end reads its metric history and uploads
-    its model). The thread delivers the records in order, stopping at the first write that
-    failed transiently; it tries again ``backoff_s`` later, so that a dead server costs one
-    refused connection per second, not one per result. ``flush`` and ``drain`` wait for it.
-    ``journal``: the file where waiting records, and refused ones, are kept (cut down each time
-    nothing waits).
+    ``send`` only queues a record and wakes the thread, so that a slow or silent store, or the
+    disk, never holds up its caller (Tune's event loop: a trial's end reads its metric history
+    and uploads its model). The thread journals what it finds queued, then delivers the
+    records in order, stopping at the first write that failed transiently; it tries again
+    ``backoff_s`` later, so that a dead server costs one refused connection per second, not one
+    per result. ``flush`` and ``drain`` wait for it. ``journal``: the file where waiting
+    records, and refused ones, are kept (cut down each time nothing waits). ``split(record)``:
+    the records, each one request, that a record too big for one becomes.
     """
 
     def __init__(
@@ -83,25 +99,31 @@ class Outbox:
         journal: Path | None = None,
         backoff_s: float = 1.0,
         combine: Callable[[list[Record]], tuple[Record, int]] | None = None,
+        split: Callable[[Record], list[Record]] | None = None,
     ) -> None:
         self.apply = apply
         # (one record for the first n waiting ones, n): writes that may go out as one request
         self.combine = combine
+        self.split = split
         self._singly = 0  # records to try one at a time: a combined write failed for good
         self.journal = journal
-        # [record, whether it is in the journal]; the driver appends, the thread pops.
-        self.pending: collections.deque[list] = collections.deque()
+        self.pending: collections.deque[_Entry] = collections.deque()  # the driver appends,
+        # the thread pops; those not in the journal yet are in ``_unjournaled`` too, in order
+        self._unjournaled: collections.deque[_Entry] = collections.deque()
         self.backoff_s = backoff_s
         self.retry_at = 0.0
         self.failures = 0  # writes that failed at least once (outage figure)
         # Writes the store refused (or a bug stopped): kept in the journal, not retried here.
         self.refused: list[Record] = []
-        # The journal may hold records that are neither waiting nor refused (delivered ones).
-        self._journal_stale = False
+        # The journal may hold more than the refused records, or miss one (a journal left by a
+        # killed driver holds what it may have delivered).
+        self._journal_extra = True
         self.last_error = ""
-        # Guards the queue's journal flags, the journal, ``refused`` and the thread's state
-        # below; re-entrant (a Condition's lock is an RLock).
+        # Guards the queue, ``refused`` and the thread's state below; re-entrant (a
+        # Condition's lock is an RLock). Never held while the journal is flushed to the disk.
         self._cond = threading.Condition()
+        # Held while the journal is written; taken before ``_cond``, never inside it.
+        self._journal_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
         self._blocked = False  # the last pass stopped at a transient failure
@@ -109,57 +131,90 @@ class Outbox:
 
     def send(self, record: Record, journaled: bool = False) -> None:
         """Queue ``record`` (its ``what`` names it in messages) behind those waiting and wake
-        the writer thread; returns at once. ``journaled``: it is in the journal already (a
-        replayed record)."""
+        the writer thread, which journals it before it delivers it; returns at once.
+        ``journaled``: it is in the journal already (a replayed record)."""
+        entries = self._entries([record], journaled)
         with self._cond:
-            self.pending.append([record, journaled])
-            # Journaled before it is delivered: the driver may be killed before the thread
-            # gets to it, after Tune saved the checkpoint the record came with.
-            self._persist()
+            self._queue(entries)
             self._wake()
 
     def enqueue(self, records: list[Record], journaled: bool = False) -> None:
         """Put ``records`` behind those waiting, all at once; the next ``send``, ``flush`` or
         ``drain`` has them delivered."""
+        entries = self._entries(records, journaled)
         with self._cond:
-            self.pending.extend([record, journaled] for record in records)
+            self._queue(entries)
+
+    def _entries(self, records: list[Record], journaled: bool) -> list[_Entry]:
+        """``records`` as queue entries, each cut by ``split`` into requests (outside the lock:
+        the writer thread may be taking the queue's head meanwhile)."""
+        split = self.split if self.split is not None else lambda record: [record]
+        return [_Entry(part, journaled) for record in records for part in split(record)]
+
+    def _queue(self, entries: list[_Entry]) -> None:
+        self.pending.extend(entries)
+        if self.journal is not None:
+            self._unjournaled.extend(entry for entry in entries if not entry.journaled)
+
+    def persist(self) -> None:
+        """Append to the journal, flushed to the disk, every record queued and not in it yet
+        (nor delivered); returns once they are there. Waits at most for the writer thread's
+        own append, never for the store."""
+        if self.journal is None:
+            return
+        with self._journal_lock:
+            with self._cond:
+                batch = [entry for entry in self._unjournaled if not entry.delivered]
+                self._unjournaled.clear()
+            if not batch:
+                return
+            try:
+                self._append([entry.record for entry in batch])
+            except BaseException:  # still to be journaled, in their place
+                with self._cond:
+                    self._unjournaled.extendleft(reversed(batch))
+                raise
+            with self._cond:
+                for entry in batch:
+                    entry.journaled = True
+                self._journal_extra = True
 
     def flush(self) -> bool:
         """Wait until the writer thread has tried the waiting writes; True when none is left,
         False when they wait for the store (they are in the journal then)."""
-        with self._cond:
-            self._wake()
-            start = self._passes
-            try:
+        try:
+            with self._cond:
+                self._wake()
+                start = self._passes
                 while self.pending and not self._closed:
                     if self._blocked and (time.monotonic() < self.retry_at or self._passes > start):
                         break
                     self._cond.wait(0.5)
-            finally:  # a Ctrl-C in the wait, too: what is not delivered is kept
-                self._persist()
-            return not self.pending
+                return not self.pending
+        finally:  # a Ctrl-C in the wait, too: what is not delivered is kept
+            self.persist()
 
     def drain(self, timeout_s: float) -> bool:
         """Wait until everything is written or ``timeout_s`` has passed (the writer thread
         retries meanwhile); what is left then is in the journal."""
         deadline = time.monotonic() + timeout_s
-        with self._cond:
-            self._wake()
-            try:
+        try:
+            with self._cond:
+                self._wake()
                 while self.pending and not self._closed:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     self._cond.wait(min(left, 1.0))
-            finally:  # a timeout, or a Ctrl-C in the wait: what is not delivered is kept
-                self._persist()
-            return not self.pending
+                return not self.pending
+        finally:  # a timeout, or a Ctrl-C in the wait: what is not delivered is kept
+            self.persist()
 
     def close(self, wait_s: float = 1.0) -> None:
         """Stop the writer thread (waiting ``wait_s`` at most for a write under way): what is
         not delivered stays in the journal for ``--resume``."""
+        self.persist()
         with self._cond:
-            self._persist()
             self._closed = True
             self._cond.notify_all()
             thread = self._thread
@@ -178,19 +233,26 @@ class Outbox:
         try:
             while True:
                 with self._cond:
-                    while not self._closed and (
-                        not self.pending or (self._blocked and time.monotonic() < self.retry_at)
-                    ):
+                    while not self._closed and not self._unjournaled and not self._due():
                         wait = self.retry_at - time.monotonic() if self.pending else None
                         self._cond.wait(wait)
                     if self._closed:
                         return
-                self._deliver()
+                # What queued since the last pass, journaled in one append (in an outage too,
+                # where nothing is delivered for a while).
+                self.persist()
+                if self._due():
+                    self._deliver()
         except Exception as err:  # the journal unwritable, say: no waiter may hang on this thread
             print(f"error: mlflow writer stopped: {one_line(err)}", file=sys.stderr)
             with self._cond:
                 self._closed = True
                 self._cond.notify_all()
+
+    def _due(self) -> bool:
+        """Whether writes wait and the store may be tried for them now."""
+        with self._cond:
+            return bool(self.pending) and not (self._blocked and time.monotonic() < self.retry_at)
 
     def _deliver(self) -> None:
         """One pass: the waiting writes in order, until none is left or one failed
@@ -199,9 +261,9 @@ class Outbox:
             with self._cond:
                 if not self.pending or self._closed:
                     break
-                head = [self.pending[0][0]]
+                head = [self.pending[0].record]
                 if self.combine is not None and not self._singly:
-                    head += [entry[0] for entry in itertools.islice(self.pending, 1, COMBINE_MAX)]
+                    head += [e.record for e in itertools.islice(self.pending, 1, COMBINE_MAX)]
             record, count = self.combine(head) if len(head) > 1 else (head[0], 1)
             try:
                 self.apply(record)
@@ -218,8 +280,9 @@ class Outbox:
                     return
             with self._cond:
                 for _ in range(count):
-                    self._delivered()
+                    self.pending.popleft().delivered = True
                 self._singly = max(0, self._singly - count)
+        self.settle_journal()
         with self._cond:
             if self.last_error and not self.pending:
                 print("mlflow reachable again: buffered writes delivered", file=sys.stderr)
@@ -236,58 +299,38 @@ class Outbox:
         self.failures += 1
         self.retry_at = time.monotonic() + self.backoff_s
         self._blocked = True
-        self._persist()
         self._end_pass()
 
     def _end_pass(self) -> None:
         self._passes += 1
         self._cond.notify_all()
 
-    def _delivered(self) -> None:
-        journaled = self.pending.popleft()[1]
-        self._journal_stale |= journaled
-        if not self.pending:
-            self.settle_journal()
-
     def _refuse(self, err: Exception) -> None:
-        """Report the first waiting write, which failed for good, once; keep it in the journal."""
-        record, journaled = self.pending.popleft()
+        """Report the first waiting write, which failed for good, once; it stays in the journal
+        (or goes there with the next ``persist``: it is not delivered)."""
+        record = self.pending.popleft().record
         what = record.get("what", record.get("op", "a write"))
         kept = f"; kept in {self.journal}" if self.journal is not None else ""
         print(f"warning: mlflow refused {what}: {one_line(err)}{kept}", file=sys.stderr)
         self.refused.append(record)
-        if not journaled:
-            self._append([record])
-        if not self.pending:
-            self.settle_journal()
+        self._journal_extra = True
 
-    def settle_journal(self, stale: bool = False) -> None:
-        """When nothing waits, cut the journal down to the refused records (usually nothing).
-        ``stale``: it holds records this outbox never saw delivered (a replay that skipped
-        what MLflow held)."""
-        with self._cond:
-            if self.pending or self.journal is None or not self.journal.exists():
+    def settle_journal(self) -> None:
+        """When nothing waits, cut the journal down to the refused records (usually nothing):
+        what else it holds was delivered, by this outbox or before (a replay skips what MLflow
+        holds)."""
+        with self._journal_lock, self._cond:
+            if self.pending or self.journal is None:
                 return
+            self._unjournaled.clear()  # delivered, or refused and written below
             if not self.refused:
-                os.truncate(self.journal, 0)
-            elif stale or self._journal_stale:
+                if self.journal.exists():
+                    os.truncate(self.journal, 0)
+            elif self._journal_extra:
                 write_atomic(self.journal, "".join(_line(r) for r in self.refused))
-            self._journal_stale = False
-
-    def _persist(self) -> None:
-        """Append the waiting records not yet in the journal (flushed to the disk: the driver
-        may be killed next)."""
-        with self._cond:
-            new = [entry for entry in self.pending if not entry[1]]
-            if self.journal is None or not new:
-                return
-            self._append([entry[0] for entry in new])
-            for entry in new:
-                entry[1] = True
+            self._journal_extra = False
 
     def _append(self, records: list[Record]) -> None:
-        if self.journal is None:
-            return
         with self.journal.open("a", encoding="utf-8") as out:
             out.writelines(_line(record) for record in records)
             out.flush()

@@ -33,7 +33,7 @@ from arith.cli import one_line
 from sweeps.spec.identity import POINT_KEY, identity_tags
 from sweeps.spec.packing import PACK_KEY, Member, member_trial_id
 from sweeps.spec.seed_trials import SEED_KEY, seed_points, seed_trial_id
-from sweeps.tracking.outbox import Outbox, Record
+from sweeps.tracking.outbox import Record
 from sweeps.tracking.replay import attach_sweep, count_redo, replay_journal
 from sweeps.tracking.state import TrialState
 from sweeps.tracking.summary import final_status, real_summary, stand_in_summary
@@ -94,7 +94,7 @@ class SweepRecords:
         # Work a restored trial did again: steps and training seconds since its checkpoint.
         self.redone = {"trials": 0, "steps": 0, "seconds": 0.0}
         self.journal = journal
-        self.outbox = Outbox(self.writer.apply, journal, combine=self.writer.combine)
+        self.outbox = self.writer.outbox(journal)
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its callbacks, and these records with them: unsent writes stay behind
@@ -103,7 +103,7 @@ class SweepRecords:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.outbox = Outbox(self.writer.apply, self.journal, combine=self.writer.combine)
+        self.outbox = self.writer.outbox(self.journal)
 
     # ---- what the driver and the tests read: the writer's ----
     @property

@@ -74,7 +74,7 @@ def replay_journal(journal: Path | None, trials: dict[str, TrialState], outbox: 
     # All queued before any is tried: the journal is cut down only once all are delivered.
     outbox.enqueue([record for record in missing if record is not None], journaled=True)
     outbox.flush()
-    outbox.settle_journal(stale=True)
+    outbox.settle_journal()
     return len(records)
 
 

@@ -26,21 +26,34 @@ class MLflowTracker(SweepRecords, Callback):
     """``SweepRecords`` fed by Tune's hooks (see the module docstring); the driver calls the
     records' own methods (parent run, outputs, the outbox) on it as on ``SweepRecords``."""
 
-    _budget_ends: float | None = None  # monotonic time the sweep's time budget ends
+    _budget_ends: float | None = None  # wall-clock time the sweep's time budget ends
 
     def setup(self, stop=None, num_samples=None, total_num_samples=None, **info) -> None:
         # Tune's sweep-wide time_budget_s stops running trials as a scheduler would; its end,
         # kept here, tells a trial it cut from one ASHA stopped (the labels of
-        # sweeps.analysis.convergence).
+        # sweeps.analysis.convergence). Set once: a lost-trial round (sweeps.runtime.lost) and
+        # --resume set Tune up again, and Tune restores its TimeoutStopper with the budget it
+        # had left, counted down in wall-clock time from its last check, so the end stays the
+        # first setup's (kept in Tune's state for --resume).
         budget = info.get("time_budget_s")
         budget = budget.total_seconds() if hasattr(budget, "total_seconds") else budget
-        self._budget_ends = time.monotonic() + budget if budget else None
+        if budget and self._budget_ends is None:
+            self._budget_ends = time.time() + budget
 
-    # ---- state: MLflow is the truth; Tune's copy only remembers the parent run ----
+    # ---- state: MLflow is the truth; Tune's copy remembers the parent run, the budget's end ----
     def get_state(self) -> dict[str, Any]:
-        return {"parent_run_id": self.parent_run_id}
+        # Tune calls this as it snapshots the experiment (TuneController.save_to_dir), and only
+        # then; the snapshot reaches the storage --resume reads after this returns. Every record
+        # queued so far may come from a result the snapshot holds, which a resume will not
+        # report again: the journal takes those the writer thread has not delivered or
+        # journaled yet, so that a driver killed right after the snapshot loses none. Local
+        # disk only, at snapshots only: Tune's loop never waits for the store here.
+        self.outbox.persist()
+        return {"parent_run_id": self.parent_run_id, "budget_ends": self._budget_ends}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        if self._budget_ends is None:
+            self._budget_ends = state.get("budget_ends")
         if self.parent_run_id is None and state.get("parent_run_id"):
             self.attach(state["parent_run_id"])
 
@@ -54,7 +67,7 @@ class MLflowTracker(SweepRecords, Callback):
         self.trial_reported(trial.trial_id, trial.config, result)
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
-        spent = self._budget_ends is not None and time.monotonic() >= self._budget_ends
+        spent = self._budget_ends is not None and time.time() >= self._budget_ends
         with self._local_checkpoint(trial) as checkpoint:
             self.trial_completed(
                 trial.trial_id, trial.config, trial.last_result, checkpoint, budget_spent=spent

@@ -20,7 +20,7 @@ import yaml
 from arith.cli import one_line
 from sweeps.analysis.convergence import CONVERGENCE_TAG
 from sweeps.analysis.store import sqlite_file
-from sweeps.tracking.outbox import Record
+from sweeps.tracking.outbox import Outbox, Record
 from sweeps.tracking.state import TrialState
 
 ML_KIND = "custom_model_development"
@@ -102,6 +102,12 @@ class MLflowWriter:
         )
         self.parent_run_id = run.info.run_id
         return self.parent_run_id
+
+    def outbox(self, journal: Path | None) -> Outbox:
+        """An outbox whose writer thread carries out records with this writer, each batch of
+        them in one request where they fit (``combine``) and none in more than one
+        (``split``); ``journal``: where they wait (``sweeps.tracking.outbox``)."""
+        return Outbox(self.apply, journal, combine=self.combine, split=self.split)
 
     # ---- records ----
     def apply(self, record: Record) -> None:
@@ -201,7 +207,8 @@ class MLflowWriter:
         params: dict[str, str] | None = None,
     ) -> None:
         """The metrics of each (step, metrics) pair, ``tags`` and ``params``, in one
-        ``log_batch`` call (which splits what exceeds MLflow's limits per request itself)."""
+        ``log_batch`` call: one request where they are within MLflow's limits, as ``split``
+        and ``combine`` keep a trial's records (the client cuts a bigger batch into several)."""
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
@@ -213,12 +220,9 @@ class MLflowWriter:
     @staticmethod
     def combine(records: list[Record]) -> tuple[Record, int]:
         """One ``metrics`` record for the longest run of waiting ``metrics`` records of one
-        trial that a single ``log_batch`` takes (MLflow's limits per request: 1000 metrics, 100
-        params, 100 tags; no parameter or tag twice, no metric twice at a step), and how many
-        it stands for. The outbox calls this on its queue: a slow store gets one request where
-        it would get one per evaluation."""
-        from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
-
+        trial that a single ``log_batch`` request takes (``over_limits``; no parameter or tag
+        twice, no metric twice at a step), and how many it stands for. The outbox calls this on
+        its queue: a slow store gets one request where it would get one per evaluation."""
         first = records[0]
         if first["op"] != "metrics":
             return first, 1
@@ -230,13 +234,12 @@ class MLflowWriter:
             metrics, step = record["metrics"], record["step"]
             more_tags, more_params = record.get("tags") or {}, record.get("params") or {}
             keys = {(k, step) for k in metrics}
+            sizes = (len(seen | keys), len(params | more_params), len(tags | more_tags))
             if count and (
                 keys & seen
                 or tags.keys() & more_tags.keys()
                 or params.keys() & more_params.keys()
-                or len(seen) + len(keys) > MAX_METRICS_PER_BATCH
-                or len(tags) + len(more_tags) > MAX_PARAMS_TAGS_PER_BATCH
-                or len(params) + len(more_params) > MAX_PARAMS_TAGS_PER_BATCH
+                or over_limits(*sizes)
             ):
                 break
             steps.append((step, metrics))
@@ -248,6 +251,37 @@ class MLflowWriter:
             return first, 1
         merged = {k: v for k, v in first.items() if k not in ("metrics", "step")}
         return {**merged, "rows": steps, "tags": tags, "params": params}, count
+
+    @staticmethod
+    def split(record: Record) -> list[Record]:
+        """``record`` as records that each fit one ``log_batch`` request (``over_limits``),
+        in order: a ``metrics`` record too big for one is cut at its step into parts, filled
+        with its metrics, then its params, then its tags. The last part is the record with what
+        is left, so that a summary's tags, which mark it logged on resume, go out with (or
+        after) its last metrics; the parts before it are plain metrics records. Any other
+        record is itself."""
+        if record["op"] != "metrics" or "rows" in record:
+            return [record]
+        sizes = {kind: len(record.get(kind) or {}) for kind in ("metrics", "params", "tags")}
+        if not over_limits(*sizes.values()):
+            return [record]
+        sizes = dict.fromkeys(sizes, 0)
+        parts: list[dict[str, dict]] = [{kind: {} for kind in sizes}]
+        for kind in sizes:
+            for key, value in (record.get(kind) or {}).items():
+                sizes[kind] += 1
+                if over_limits(*sizes.values()):
+                    parts.append({kind: {} for kind in sizes})
+                    sizes = {k: int(k == kind) for k in sizes}
+                parts[-1][kind][key] = value
+        if len(parts) == 1:
+            return [record]
+        what, n = record.get("what", "metrics"), len(parts)
+        head = {k: record[k] for k in ("op", "trial", "run_id", "step") if k in record}
+        cut = [
+            {**head, **part, "what": f"{what} (part {i} of {n})"} for i, part in enumerate(parts, 1)
+        ]
+        return [*cut[:-1], {**record, **cut[-1]}]
 
     def _end_run(self, state: TrialState, tags: dict[str, str], run_status: str) -> None:
         from mlflow.entities import RunTag
@@ -309,6 +343,22 @@ class MLflowWriter:
             path = Path(tmp) / name
             path.write_text(text)
             self.client.log_artifact(run_id, str(path))
+
+
+def over_limits(metrics: int, params: int, tags: int) -> bool:
+    """Whether a ``log_batch`` of so many metrics, params and tags is more than one request
+    (MLflow's limits: 1000 metrics, 100 params, 100 tags, 1000 of them in all)."""
+    from mlflow.utils.validation import (
+        MAX_ENTITIES_PER_BATCH,
+        MAX_METRICS_PER_BATCH,
+        MAX_PARAMS_TAGS_PER_BATCH,
+    )
+
+    return (
+        metrics > MAX_METRICS_PER_BATCH
+        or max(params, tags) > MAX_PARAMS_TAGS_PER_BATCH
+        or metrics + params + tags > MAX_ENTITIES_PER_BATCH
+    )
 
 
 def _draw(record: Record) -> None:
