@@ -32,15 +32,17 @@ def start_sweep(
     flags: tuple[str, ...] = (),
     new_session: bool = False,
     launcher: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
     """The real command; ``flags``: more of its flags (``--extend``). ``new_session``: in a
     session of its own, so that ``ctrl_c`` can signal its process group as a terminal does.
     ``launcher``: a script (and its arguments) that runs ``-m sweeps.run ...`` itself, watching
-    it (``tests/callback_probe.py``)."""
+    it (``tests/callback_probe.py``). ``env``: more of its environment (a head's token)."""
     # Tune snapshots the experiment (trial list, result files) every 10 s or more; these
     # sweeps last seconds: snapshots ten times a second let the tests see a trial mid-run (its
     # result file is copied with them) and give each kill more snapshots to land between.
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUNE_GLOBAL_CHECKPOINT_S": "0.1"}
+    extra = env or {}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUNE_GLOBAL_CHECKPOINT_S": "0.1", **extra}
     env.pop("MLFLOW_TRACKING_URI", None)
     args = [sys.executable, *launcher, "-m", "sweeps.run", str(spec), "--out", str(tmp / "out")]
     args += ["--tracking-uri", uri, *(f"--set={s}" for s in sets)]

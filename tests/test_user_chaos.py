@@ -1,7 +1,8 @@
 """A chaos test of user actions: from a seed, a random sequence of what users do at a terminal to
 the smoke sweep (run it; press Ctrl-C at a random moment, once or twice; ``kill -9`` it;
-``--resume``; retype the first command; ``--overwrite``; ``--extend`` with one more grid value;
-``python -m sweeps.table``), each the real command, with invariants checked after every step:
+``--resume``, here or through Ray Client to a head started the default way; retype the first
+command; ``--overwrite``; ``--extend`` with one more grid value; ``python -m sweeps.table``), each
+the real command, with invariants checked after every step:
 
 - each command exits as documented (0; 130 after Ctrl-C; 2 for a refused command; 1 only where a
   sweep ended with errors), with no traceback;
@@ -120,7 +121,7 @@ def _moment(rng: random.Random, action: str) -> tuple[str, float]:
     --extend is stopped from its trials on: stopped earlier, what it leaves depends on how far
     it got (the earlier sweep removed or not), which the sequence cannot tell."""
     phases = ["start", "ray", "results", "results", "end"]
-    phase = rng.choice(phases if action in ("run", "resume") else phases[2:])
+    phase = rng.choice(phases if action in ("run", "resume", "client") else phases[2:])
     if phase == "results":
         return phase, rng.randint(1, RESULTS)
     return phase, rng.uniform(0, {"start": START_S, "ray": RAY_S, "end": END_S}[phase])
@@ -171,9 +172,11 @@ def _stop(proc, how: str, moment: tuple[str, float], seq: Sequence, step: int, s
             ctrl_c(proc)
 
 
-def _sweep(seq: Sequence, step: int, flags: tuple[str, ...], how: str, moment) -> int:
+def _sweep(seq: Sequence, step: int, flags: tuple[str, ...], how: str, moment, env=None) -> int:
     started = time.time()
-    proc = start_sweep(seq.tmp, seq.uri, seq.sets, log=f"{step}", flags=flags, new_session=True)
+    proc = start_sweep(
+        seq.tmp, seq.uri, seq.sets, log=f"{step}", flags=flags, new_session=True, env=env
+    )
     try:
         _stop(proc, how, moment, seq, step, started)
         return proc.wait(timeout=300)
@@ -192,12 +195,40 @@ def _table(seq: Sequence, step: int) -> int:
 
 
 # What a user may do next, by the state of the sweep. A new action joins here and in ``FLAGS``
-# (and ``_act``, for what it expects): e.g. a sweep through ray:// to a head a fixture starts,
-# Ctrl-C'd like the others.
-WHEN_STOPPED = ["resume", "resume", "resume", "again", "overwrite", "table"]
+# (and ``_act``, for what it expects). ``client``: --resume through Ray Client (ray://) to a head
+# started the default way (``ClientHead``), Ctrl-C'd like the others; never kill -9'd, as the
+# driver on the head outlives a killed client for Ray's reconnect grace period.
+WHEN_STOPPED = ["resume", "resume", "resume", "client", "again", "overwrite", "table"]
 WHEN_FINISHED = ["extend", "again", "resume", "table", "overwrite"]
-FLAGS = {"run": (), "again": (), "resume": ("--resume",), "overwrite": ("--overwrite",),
-         "extend": ("--extend",)}  # fmt: skip
+FLAGS = {"run": (), "again": (), "resume": ("--resume",), "client": ("--resume",),
+         "overwrite": ("--overwrite",), "extend": ("--extend",)}  # fmt: skip
+
+
+class ClientHead:
+    """A head started the default way, for the ``client`` action: started at its first use
+    (most sequences have none), stopped when the module ends."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.head = tmp, None
+
+    def flags(self) -> tuple[tuple[str, ...], dict[str, str]]:
+        """(--address ray://..., the environment that finds its token)."""
+        if self.head is None:
+            from ray_cluster import start_default_head
+
+            self.head = start_default_head(self.tmp)
+        return ("--address", self.head.client), {"HOME": self.head.env["HOME"]}
+
+    def stop(self) -> None:
+        if self.head is not None:
+            self.head.stop()
+
+
+@pytest.fixture(scope="module")
+def client_head(tmp_path_factory):
+    head = ClientHead(tmp_path_factory.mktemp("client_head"))
+    yield head
+    head.stop()
 
 
 def _next_action(rng: random.Random, seq: Sequence) -> tuple[str, str, tuple[str, float]]:
@@ -211,13 +242,22 @@ def _next_action(rng: random.Random, seq: Sequence) -> tuple[str, str, tuple[str
         action = rng.choice(WHEN_STOPPED if seq.state == "stopped" else WHEN_FINISHED)
     if action == "extend" and EXTENDED in seq.sets:
         action = "table"
+    if action == "client" and how == "kill":
+        how = "ctrl_c"
     # A kill -9 after 1..6 results: killed before its trials ran, a sweep may hold nothing to
     # resume, which is not a Ctrl-C's promise.
     moment = ("results", rng.randint(1, 6)) if how == "kill" else _moment(rng, action)
     return action, how, moment
 
 
-def _act(seq: Sequence, step: int, action: str, how: str, moment: tuple[str, float]) -> None:
+def _act(
+    seq: Sequence,
+    step: int,
+    action: str,
+    how: str,
+    moment: tuple[str, float],
+    client: ClientHead | None = None,
+) -> None:
     """Carry out one action and check its exit code; update what the sequence expects."""
     phase, value = moment
     at = f"{value} results" if phase == "results" else f"{phase} + {value:.1f} s"
@@ -228,9 +268,13 @@ def _act(seq: Sequence, step: int, action: str, how: str, moment: tuple[str, flo
         return
     if action == "extend":
         seq.sets.append(EXTENDED)
-    code = _sweep(seq, step, FLAGS[action], how, moment)
+    flags, env = FLAGS[action], None
+    if action == "client":
+        address, env = client.flags()
+        flags = (*flags, *address)
+    code = _sweep(seq, step, flags, how, moment, env)
     refused = (action == "again" and seq.state != "none") or (
-        action == "resume" and seq.state != "stopped"
+        action in ("resume", "client") and seq.state != "stopped"
     )
     if refused:
         assert code == 2, f"expected a refusal (2), got {code}"
@@ -304,7 +348,7 @@ def _say_the_seeds(request):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_random_sequence_of_user_actions_loses_nothing(tmp_path, seed):
+def test_a_random_sequence_of_user_actions_loses_nothing(tmp_path, seed, client_head):
     rng = random.Random(seed)
     seq = Sequence(seed, tmp_path)
     canary = tmp_path / "canary"
@@ -322,7 +366,7 @@ def test_a_random_sequence_of_user_actions_loses_nothing(tmp_path, seed):
             else:
                 action, how, moment = _next_action(rng, seq)
             started = time.monotonic()
-            _act(seq, step, action, how, moment)
+            _act(seq, step, action, how, moment, client_head)
             acted = time.monotonic()
             _check(seq, step, canary)
             seq.log[-1] += f" ({acted - started:.1f} s, checks {time.monotonic() - acted:.1f} s)"

@@ -76,7 +76,9 @@ def run_sweep(
         storage_shared=storage_shared,
     )
     if cluster.is_ray_client(run["address"]):
-        return _through_ray_client(run)
+        from sweeps.runtime.on_head import run_through_client
+
+        return run_through_client(run)
     return drive(**run, timings=timings)
 
 
@@ -99,11 +101,56 @@ def drive(
 ) -> int:
     """The driver itself (``run_sweep``'s arguments; ``resume_lines``: what a Ctrl-C prints,
     ``sweeps.runtime.rerun``): here, or on a cluster's head where Ray is already up
-    (``sweeps.runtime.on_head``)."""
-    from sweeps.cluster import connection as cluster
+    (``sweeps.runtime.on_head``). One driver per sweep folder at a time
+    (``sweeps.runtime.driver_lock``)."""
+    from sweeps.runtime import driver_lock
+    from sweeps.runtime.state import SweepError
 
     _quiet_logs()
-    timings = {} if timings is None else timings
+    try:
+        with driver_lock.held(out_dir):
+            return _drive(
+                spec,
+                out_dir,
+                tracking_uri,
+                address=address,
+                resume=resume,
+                overwrite=overwrite,
+                extend=extend,
+                reuse_stale=reuse_stale,
+                storage=storage,
+                storage_shared=storage_shared,
+                reuse_actors=reuse_actors,
+                register=register,
+                resume_lines=resume_lines,
+                timings={} if timings is None else timings,
+            )
+    except SweepError as err:  # the lock: another driver has the sweep
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _drive(
+    spec: SweepSpec,
+    out_dir: Path,
+    tracking_uri: str,
+    *,
+    address: str | None,
+    resume: bool,
+    overwrite: bool,
+    extend: bool,
+    reuse_stale: bool,
+    storage: str | None,
+    storage_shared: bool,
+    reuse_actors: bool,
+    register: str | None,
+    resume_lines: list[str],
+    timings: dict[str, float],
+) -> int:
+    """``drive``'s body, the sweep's lock held."""
+    from sweeps.cluster import connection as cluster
+    from sweeps.runtime import placement as placing
+
     start = time.perf_counter()
     modes = {"resume": resume, "overwrite": overwrite, "extend": extend}
     begun = _before_ray(spec, out_dir, tracking_uri, storage, modes, reuse_stale)
@@ -119,7 +166,7 @@ def drive(
         return 2
     local_ray = started_ray and not address
     continuing = resume or extend
-    placement = _place(
+    placement = placing.place_sweep(
         spec, out_dir, continuing=continuing, local=local_ray, disconnect=bool(connect)
     )
     if placement is None:
@@ -165,33 +212,6 @@ def drive(
     return code
 
 
-def _through_ray_client(run: dict) -> int:
-    """The sweep ``run`` through Ray Client: what can be checked here (Ray's version, the form
-    of the store's URI and of the storage), the connection (its token sent), the storage the
-    cluster's nodes must share, then the driver on the head (``sweeps.runtime.on_head``)."""
-    import ray
-
-    from sweeps.cluster import connection as cluster
-    from sweeps.cluster import tunefix
-    from sweeps.runtime.on_head import run_on_head
-
-    try:
-        tunefix.require_supported_ray()
-        preflight.check_tracking_uri(run["tracking_uri"])
-        preflight.check_storage_uri(run["storage"])
-    except preflight.refusals() as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    storage = cluster.storage_path(run["storage"], run["out_dir"])
-    if not preflight.connect_cluster(run["address"], storage, shared=run["storage_shared"]):
-        return 2
-    try:
-        return run_on_head(run, tty=sys.stderr.isatty())
-    finally:
-        with ctrl_c_ignored():
-            ray.shutdown()  # disconnects; the cluster stays
-
-
 def _register(tracking_uri: str, parent_run_id: str, name: str) -> int:
     """The best trial's model registered as ``name``: its version printed, or one line and 1."""
     from sweeps.tracking.registry import RegisterError, register_best
@@ -228,35 +248,6 @@ def _before_ray(
     except preflight.refusals() as err:
         print(f"error: {err}", file=sys.stderr)
         return None
-
-
-def _place(spec: SweepSpec, out_dir: Path, *, continuing: bool, local: bool, disconnect: bool):
-    """The sweep's placement (``sweeps.runtime.placement``): the one ``sweep.json`` saved when
-    it started, for a sweep it continues, else decided now on the cluster (this machine, for
-    the local Ray it starts) and said in one line where it is not the plain CPU one. None (the
-    line printed) when it asks for a GPU that is not there."""
-    import ray
-
-    from sweeps.runtime import placement as placing
-    from sweeps.runtime.cluster_view import read_cluster, this_machine
-    from sweeps.runtime.state import read_state
-
-    saved = read_state(out_dir).get("placement") if continuing else None
-    if saved:
-        placement = placing.Placement.from_state(saved)
-        if not local or placement.gpu > 0:
-            print(f"{placement.describe()}, when the sweep started", file=sys.stderr)
-        return placement
-    placement = placing.resolve(spec, this_machine() if local else read_cluster())
-    refusal = placing.gpu_refusal(spec, placement)
-    if refusal is not None:
-        if disconnect:
-            ray.shutdown()
-        print(f"error: {refusal}", file=sys.stderr)
-        return None
-    if not local or placement.gpu > 0:
-        print(placement.describe(), file=sys.stderr)
-    return placement
 
 
 def _note_max_concurrent(spec: SweepSpec, address: str | None, slots: bool) -> None:

@@ -91,6 +91,34 @@ class ConsoleStream(io.TextIOBase):
             ray.get(self.last)
 
 
+def run_through_client(run: dict[str, Any]) -> int:
+    """The sweep ``run`` through Ray Client: what can be checked here (Ray's version, the form
+    of the store's URI and of the storage), the connection (its token sent), the storage the
+    cluster's nodes must share, then the driver on the head (``sweeps.runtime.on_head``)."""
+    import ray
+
+    from sweeps.cluster import connection as cluster
+    from sweeps.cluster import tunefix
+    from sweeps.runtime import preflight
+    from sweeps.runtime.interrupt import ctrl_c_ignored
+
+    try:
+        tunefix.require_supported_ray()
+        preflight.check_tracking_uri(run["tracking_uri"])
+        preflight.check_storage_uri(run["storage"])
+    except preflight.refusals() as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    storage = cluster.storage_path(run["storage"], run["out_dir"])
+    if not preflight.connect_cluster(run["address"], storage, shared=run["storage_shared"]):
+        return 2
+    try:
+        return run_on_head(run, tty=sys.stderr.isatty())
+    finally:
+        with ctrl_c_ignored():
+            ray.shutdown()  # disconnects; the cluster stays
+
+
 def run_on_head(run: dict[str, Any], tty: bool) -> int:
     """Run the sweep ``run`` (``sweeps.runtime.driver.drive``'s arguments) on the head of the
     cluster this process is connected to through Ray Client; its exit code."""
@@ -171,14 +199,16 @@ def drive_on_head(console, run: dict[str, Any], tty: bool, env: dict[str, str]) 
 
 
 def _watch(console, finished: threading.Event) -> None:
-    """Deliver a Ctrl-C pressed on the client to this task's main thread. Ray blocks SIGINT
-    in its workers' main thread, so a signal sent to the process would not arrive;
-    ``interrupt_main`` runs the Python handler there as SIGINT would (the sweep's own, which
-    stops it cleanly, or KeyboardInterrupt before it is in place)."""
-    import _thread
+    """Deliver each Ctrl-C pressed on the client to this task's main thread. Ray blocks SIGINT
+    in its workers' main thread (and the threads it starts inherit that), so a signal sent to
+    the process would wait there for good: this thread unblocks SIGINT for itself and raises it
+    here, and the Python handler runs in the main thread as for a press at a terminal (the
+    sweep's own, which stops it cleanly, or KeyboardInterrupt before it is in place)."""
+    import signal
 
     import ray
 
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
     delivered = 0
     while not finished.wait(POLL_S):
         try:
@@ -186,6 +216,6 @@ def _watch(console, finished: threading.Event) -> None:
         except Exception:  # the console gone: the client went away, nothing to deliver
             return
         for _ in range(pressed - delivered):
-            _thread.interrupt_main()
+            signal.raise_signal(signal.SIGINT)
             time.sleep(POLL_S)  # one press handled before the next arrives
         delivered = pressed

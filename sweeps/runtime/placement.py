@@ -150,6 +150,36 @@ def gpu_refusal(spec, placement: Placement) -> str | None:
     return None
 
 
+def place_sweep(spec, out_dir, *, continuing: bool, local: bool, disconnect: bool):
+    """The sweep's placement (``sweeps.runtime.placement``): the one ``sweep.json`` saved when
+    it started, for a sweep it continues, else decided now on the cluster (this machine, for
+    the local Ray it starts) and said in one line where it is not the plain CPU one. None (the
+    line printed) when it asks for a GPU that is not there."""
+    import sys
+
+    import ray
+
+    from sweeps.runtime.cluster_view import read_cluster, this_machine
+    from sweeps.runtime.state import read_state
+
+    saved = read_state(out_dir).get("placement") if continuing else None
+    if saved:
+        placement = Placement.from_state(saved)
+        if not local or placement.gpu > 0:
+            print(f"{placement.describe()}, when the sweep started", file=sys.stderr)
+        return placement
+    placement = resolve(spec, this_machine() if local else read_cluster())
+    refusal = gpu_refusal(spec, placement)
+    if refusal is not None:
+        if disconnect:
+            ray.shutdown()
+        print(f"error: {refusal}", file=sys.stderr)
+        return None
+    if not local or placement.gpu > 0:
+        print(placement.describe(), file=sys.stderr)
+    return placement
+
+
 def granted_gpu_refusal(gpu_ids: list, cuda_available: bool) -> str | None:
     """One line when Ray granted the trial GPUs (``gpu_ids``) that torch cannot see."""
     if gpu_ids and not cuda_available:
