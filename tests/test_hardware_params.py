@@ -113,3 +113,12 @@ def test_the_tracker_logs_the_hardware_as_the_child_runs_params(tmp_path):
     assert {k: params[k] for k in HARDWARE_KEYS} == {k: summary[k] for k in HARDWARE_KEYS}
     assert params["hardware.ray"] == ray.__version__
     assert params["train.max_steps"] == "2"  # beside the config's own
+
+
+def test_evaluation_sums_losses_in_a_dtype_the_device_has():
+    """Apple's MPS has no float64: its sums are float32; elsewhere float64, as before."""
+    from arith.evaluation.evaluate import loss_sum_dtype
+
+    assert loss_sum_dtype(torch.device("mps")) == torch.float32
+    assert loss_sum_dtype(torch.device("cpu")) == torch.float64
+    assert loss_sum_dtype(torch.device("cuda")) == torch.float64

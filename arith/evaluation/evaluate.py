@@ -115,7 +115,7 @@ def teacher_forced_members(
     loss_mask = encoded.loss_mask(fmt.config.mask_first_n)
     members = members_of(model)
     chunk_rows = rows_per_member(batch_size, members)
-    total_loss = torch.zeros(members, device=device, dtype=torch.float64)
+    total_loss = torch.zeros(members, device=device, dtype=loss_sum_dtype(device))
     correct = torch.zeros(members, device=device, dtype=torch.long)
     count = int(loss_mask.sum())  # the same tokens for every member
     for start in range(0, len(problems), chunk_rows):
@@ -126,12 +126,17 @@ def teacher_forced_members(
         logits, _ = model(tokens[:, :-1])
         targets = tokens[:, 1:]
         losses = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
-        total_loss += (losses.double() * mask).view(members, -1).sum(1)
+        total_loss += (losses.to(total_loss.dtype) * mask).view(members, -1).sum(1)
         correct += ((logits.argmax(-1) == targets) & mask).view(members, -1).sum(1)
     return [
         {"loss": loss / max(count, 1), "token_accuracy": hits / max(count, 1)}
         for loss, hits in zip(total_loss.tolist(), correct.tolist(), strict=True)
     ]
+
+
+def loss_sum_dtype(device: torch.device) -> torch.dtype:
+    """What a set's losses are summed in: float64, but on Apple's MPS, which has none."""
+    return torch.float32 if device.type == "mps" else torch.float64
 
 
 def evaluate_set(
