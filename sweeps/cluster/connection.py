@@ -72,16 +72,27 @@ def connect(address: str) -> None:
     import ray
 
     runtime_env = None if in_submitted_job() else project_runtime_env()
-    try:
-        ray.init(
-            address=address,
-            runtime_env=runtime_env,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-        )
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        raise ClusterError("--address", _connect_error(address, err)) from None
+    for attempt in range(1, CLIENT_ATTEMPTS + 1):
+        try:
+            ray.init(
+                address=address,
+                runtime_env=runtime_env,
+                log_to_driver=False,
+                logging_level=logging.ERROR,
+            )
+            break
+        except ConnectionAbortedError as err:  # Ray Client's server failed to start ours
+            if attempt == CLIENT_ATTEMPTS:
+                raise ClusterError("--address", _connect_error(address, err)) from None
+            ray.shutdown()
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            raise ClusterError("--address", _connect_error(address, err)) from None
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
+
+
+# Tries at a Ray Client connection whose server failed to start the process that serves it:
+# on a loaded head that start can pass the server's own 30 s limit, and the next try succeed.
+CLIENT_ATTEMPTS = 3
 
 
 def is_ray_client(address: str | None) -> bool:
@@ -103,9 +114,15 @@ def joined_address(address: str | None) -> str | None:
 
 
 def _connect_error(address: str, err: BaseException) -> str:
+    """One line: why the connection failed. A server's traceback (Ray Client's "Initialization
+    failure from server:" carries one) is told by its last line, the error itself."""
     chain, cause = [], err
     while cause is not None and len(chain) < 4:
-        chain.append(str(cause).strip().splitlines()[0] if str(cause).strip() else "")
+        lines = [line.strip() for line in str(cause).strip().splitlines() if line.strip()]
+        if len(lines) > 1 and lines[0].endswith(":"):
+            chain.append(f"{lines[0]} {lines[-1]}")
+        else:
+            chain.append(lines[0] if lines else "")
         cause = cause.__cause__
     text = " ".join(chain)
     if "auth" in text.lower():
@@ -113,7 +130,7 @@ def _connect_error(address: str, err: BaseException) -> str:
             f"cannot connect to Ray at {address!r}: the cluster uses token authentication; "
             "set RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN or ~/.ray/auth_token)"
         )
-    return f"cannot connect to Ray at {address!r}: {chain[0][:200]}"
+    return f"cannot connect to Ray at {address!r}: {chain[0][:300]}"
 
 
 def is_remote_uri(path: str) -> bool:
