@@ -254,29 +254,6 @@ def test_every_trial_is_made_before_the_first_snapshot(tmp_path):
     assert sorted(points) == [(16, 0), (16, 1), (32, 0), (32, 1)]
 
 
-def test_resume_through_ray_client_is_one_line_before_connecting(tmp_path):
-    """Through Ray Client Tune restores on the cluster's head, apart from this driver's MLflow
-    tracker (it ended in an AttributeError traceback after connecting): refused first, without
-    trying the address (nothing listens there)."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    address = "ray://127.0.0.1:1"
-    args = [sys.executable, "-m", "sweeps.run", str(SMOKE), "--out", str(tmp_path / "out")]
-    result = subprocess.run(
-        [*args, "--tracking-uri", uri, "--resume", "--address", address],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 2
-    assert result.stderr.startswith(
-        f"error: --address: {address!r} is Ray Client, which cannot --resume"
-    ), result.stderr
-    assert "python -m sweeps.submit SPEC --address http://127.0.0.1:8265 --resume" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert not (tmp_path / "mlflow.db").exists()
-
-
 def test_a_sweep_with_trials_missing_says_so():
     from sweeps.runtime.report import _missing_line
 

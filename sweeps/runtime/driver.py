@@ -78,7 +78,7 @@ def run_sweep(
     if cluster.is_ray_client(run["address"]):
         from sweeps.runtime.on_head import run_through_client
 
-        return run_through_client(run)
+        return run_through_client(drive, run)
     return drive(**run, timings=timings)
 
 

@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 # How often the head asks whether Ctrl-C was pressed here, and this process for output.
@@ -91,10 +92,12 @@ class ConsoleStream(io.TextIOBase):
             ray.get(self.last)
 
 
-def run_through_client(run: dict[str, Any]) -> int:
-    """The sweep ``run`` through Ray Client: what can be checked here (Ray's version, the form
-    of the store's URI and of the storage), the connection (its token sent), the storage the
-    cluster's nodes must share, then the driver on the head (``sweeps.runtime.on_head``)."""
+def run_through_client(drive: Callable[..., int], run: dict[str, Any]) -> int:
+    """The sweep ``run`` (``drive``'s arguments) through Ray Client: what can be checked here
+    (Ray's version, the form of the store's URI and of the storage), the connection (its token
+    sent), the storage the cluster's nodes must share, then ``drive`` on the head. ``drive`` is
+    passed in, not imported: the driver imports this module (Ray pickles the function by name
+    and the head imports it there)."""
     import ray
 
     from sweeps.cluster import connection as cluster
@@ -113,14 +116,14 @@ def run_through_client(run: dict[str, Any]) -> int:
     if not preflight.connect_cluster(run["address"], storage, shared=run["storage_shared"]):
         return 2
     try:
-        return run_on_head(run, tty=sys.stderr.isatty())
+        return run_on_head(drive, run, tty=sys.stderr.isatty())
     finally:
         with ctrl_c_ignored():
             ray.shutdown()  # disconnects; the cluster stays
 
 
-def run_on_head(run: dict[str, Any], tty: bool) -> int:
-    """Run the sweep ``run`` (``sweeps.runtime.driver.drive``'s arguments) on the head of the
+def run_on_head(drive: Callable[..., int], run: dict[str, Any], tty: bool) -> int:
+    """Run ``drive`` with the sweep ``run`` (its arguments) on the head of the
     cluster this process is connected to through Ray Client; its exit code."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -131,7 +134,7 @@ def run_on_head(run: dict[str, Any], tty: bool) -> int:
     console = ray.remote(num_cpus=0)(Console).options(scheduling_strategy=on_head).remote()
     remote = ray.remote(num_cpus=0, max_retries=0)(drive_on_head)
     env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
-    task = remote.options(scheduling_strategy=on_head).remote(console, run, tty, env)
+    task = remote.options(scheduling_strategy=on_head).remote(drive, console, run, tty, env)
     presses = 0
     while True:
         try:
@@ -168,13 +171,13 @@ def _show(chunks: list[tuple[str, str]]) -> None:
         stream.flush()
 
 
-def drive_on_head(console, run: dict[str, Any], tty: bool, env: dict[str, str]) -> int:
-    """The Ray task on the head: the driver, in the client's ``env`` (FORWARDED_ENV), with its
+def drive_on_head(
+    drive: Callable[..., int], console, run: dict[str, Any], tty: bool, env: dict[str, str]
+) -> int:
+    """The Ray task on the head: ``drive``, in the client's ``env`` (FORWARDED_ENV), with its
     output sent to ``console``, and a Ctrl-C pressed there delivered here as SIGINT is to a
     local sweep."""
     import traceback
-
-    from sweeps.runtime.driver import drive
 
     os.environ.update(env)
     streams = {name: ConsoleStream(console, name, tty) for name in ("stdout", "stderr")}
