@@ -27,12 +27,10 @@ from sweeps.analysis.phases import PHASE_METRICS, with_phase
 from sweeps.analysis.plots import CURVE_METRICS, write_plots
 from sweeps.analysis.store import is_sqlite, sqlite_file
 from sweeps.analysis.table_fits import GroupFit, fit_note, table_fits, with_fit_columns
+from sweeps.analysis.table_notes import describe, pooled_axes, status_note
 from sweeps.analysis.tables import (
     build_table,
     default_table_specs,
-    describe,
-    pooled_axes,
-    status_note,
     summarise,
     to_markdown,
 )

@@ -60,7 +60,9 @@ def build_tuner(
         return None, tracker
     pack_sizes = None if packs is None else [len(pack) for pack in packs]
     total = state["extend_trials"] if extended else space.n_trials(spec)
-    progress = ProgressLine(spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes)
+    progress = ProgressLine(
+        spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes, resumed=resume
+    )
     trainable = tune.with_resources(trainable, tuning.trial_resources(spec, slots))
     lost = LostTrials(s.max_failures)
     callbacks = [bind_callbacks(spec.name, [tracker, progress, lost]), JsonLoggerCallback()]
