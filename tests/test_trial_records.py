@@ -177,3 +177,33 @@ def test_a_pack_member_that_finished_keeps_its_end_when_the_pack_errors_later(ur
     assert (finished.info.status, finished.data.tags["sweep.status"]) == ("FINISHED", "TERMINATED")
     assert finished.data.metrics["n_params"] == 100  # its own summary, not a stand-in
     assert (failed.info.status, failed.data.tags["sweep.status"]) == ("FAILED", "ERROR")
+
+
+@pytest.mark.parametrize(
+    ("ended", "cause"),
+    [("KILLED", "before Ctrl-C stopped the sweep"), (None, "before the sweep's driver died")],
+    ids=["ctrl-c", "driver-killed"],
+)
+def test_a_resume_says_what_stopped_the_work_it_redid(uri, ended, cause):
+    """After a Ctrl-C (the parent run ended KILLED) nothing died, though the resume's summary
+    said the work was "logged before the driver or worker died"; a driver killed outright
+    leaves its parent RUNNING."""
+    from sweeps.runtime.report import redone_line
+
+    first = make_records(uri)
+    first.trial_started("t_0", {})
+    for step, em in ((0, 0.0), (10, 0.5), (20, 0.6)):
+        first.trial_reported("t_0", {}, evaluation(step, em))
+    if ended is not None:
+        first.finish_parent(ended)
+    assert first.outbox.flush()
+
+    resumed = SweepRecords(uri, "records-test", first.resolve, describe)
+    resumed.attach(first.parent_run_id)
+    resumed.trial_started("t_0", {}, restored={"step": 10})
+    line = redone_line(resumed.redone, resumed.resumed_from)
+    assert line == (
+        "restored from checkpoints: 1 trial(s), redid 10 steps (~0.0 s of training) that ran "
+        f"after their last checkpoint, {cause}"
+    )
+    assert "died" not in line or ended is None

@@ -89,6 +89,9 @@ class SweepRecords:
         self.figures_step = figures_step
         # Work a restored trial did again: steps and training seconds since its checkpoint.
         self.redone = {"trials": 0, "steps": 0, "seconds": 0.0}
+        # The parent run's status a --resume found (KILLED: Ctrl-C), which says why work was
+        # redone; None without a resume (a worker died and its trial was retried).
+        self.resumed_from: str | None = None
         self.journal = journal
         self.outbox = Outbox(self.writer.apply, journal, combine=self.writer.combine)
 
@@ -138,7 +141,7 @@ class SweepRecords:
         """Continue the sweep of ``parent_run_id``: its child runs and what they hold (read
         once what is queued is delivered: the writer thread must not write meanwhile)."""
         self.outbox.flush()
-        attach_sweep(self.writer, parent_run_id)
+        self.resumed_from = attach_sweep(self.writer, parent_run_id)
 
     def replay(self) -> int:
         """Deliver the writes a killed driver left in the journal (``replay_journal``); returns
