@@ -238,7 +238,7 @@ class SweepRecords:
                 reason = "time_budget" if budget_spent else "scheduler"
                 self._log_fallback_summary(state, unit_id, unit_config, last_result, reason)
             if checkpoint is not None:
-                self._send_files(checkpoint, unit_id, i)
+                self._send_files(checkpoint, unit_id, unit_config, i)
             self._end_child(state, status, "FINISHED", unit_id)
 
     def trial_errored(
@@ -259,7 +259,7 @@ class SweepRecords:
             state = self.trials[unit_id]
             if i is not None and state.summary:
                 if checkpoint is not None:
-                    self._send_files(checkpoint, unit_id, i)
+                    self._send_files(checkpoint, unit_id, unit_config, i)
                 self._end_child(state, final_status(state.stopped_reason), "FINISHED", unit_id)
                 continue
             if not state.summary:
@@ -355,7 +355,9 @@ class SweepRecords:
         record = {"op": "end", "trial": trial_id, "tags": tags, "run_status": run_status}
         self._send({**record, "what": f"end of {trial_id}"})
 
-    def _send_files(self, checkpoint: Path, trial_id: str, member: int | None = None) -> None:
+    def _send_files(
+        self, checkpoint: Path, trial_id: str, config: dict[str, Any], member: int | None = None
+    ) -> None:
         """The trial's final model (model.pt with its config) as the child run's ``model/``
         artifact, and its diagnostics at the run's root: copied out of the local
         ``checkpoint`` folder now (it may be gone once Tune's hook returns), their figures
@@ -366,6 +368,7 @@ class SweepRecords:
             return
         from arith.training import diagnostics
         from arith.training.checkpoint import export_model
+        from sweeps.analysis.plot_diagnostics import trial_title
 
         folder = self.model_dir / trial_id
         extra = self.model_dir.parent / "diagnostics" / trial_id
@@ -387,5 +390,7 @@ class SweepRecords:
         if numbers:
             self._send(
                 {"op": "files", "trial": trial_id, "folder": str(extra),
-                 "draw": [str(path) for path in numbers], "what": f"diagnostics of {trial_id}"}
+                 "draw": [str(path) for path in numbers], "what": f"diagnostics of {trial_id}",
+                 "title": trial_title(self.writer.experiment_name, trial_id,
+                                      self.resolve(config).flat())}
             )  # fmt: skip

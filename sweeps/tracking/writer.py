@@ -319,7 +319,9 @@ def _draw(record: Record) -> None:
     from sweeps.analysis.plot_diagnostics import draw_diagnostics
 
     try:
-        draw_diagnostics(Path(record["folder"]), [Path(p) for p in record["draw"]])
+        draw_diagnostics(
+            Path(record["folder"]), [Path(p) for p in record["draw"]], record.get("title")
+        )
     except Exception as err:  # a figure lost must not hold up the writes behind it
         print(f"warning: no diagnostics figures for {record.get('trial')}: {one_line(err)}",
               file=sys.stderr)  # fmt: skip
