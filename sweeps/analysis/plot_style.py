@@ -155,6 +155,14 @@ def with_context(fig, context: str | None) -> None:
     fig.suptitle(f"{context}\n{own}" if own else context, fontsize="medium")
 
 
+def figure_title(fig) -> str:
+    """Every title of a figure on one line, suptitle first (`` | `` between them): what a PNG
+    of it carries as its Title, so that a copy of it can be told by what it shows."""
+    own = fig.get_suptitle()
+    titles = [own, *(ax.get_title() for ax in fig.axes)]
+    return " | ".join(" ".join(t.split()) for t in titles if t.strip())
+
+
 def line_colours(n: int) -> list:
     """``n`` colours told apart at a glance: a qualitative palette where it has enough (tab10,
     then tab20), else evenly spread viridis. Lines of a sequential map sat so close that 128 x 2

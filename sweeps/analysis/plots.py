@@ -32,7 +32,7 @@ from sweeps.analysis.plot_heatmaps import (
 from sweeps.analysis.plot_lengths import has_length_grid, length_heatmap
 from sweeps.analysis.plot_phases import LR_WD, phase_map
 from sweeps.analysis.plot_size import BUDGET, exact_match_by_op, exact_match_vs_params, isoflop
-from sweeps.analysis.plot_style import MARKERS, sweep_context, with_context
+from sweeps.analysis.plot_style import MARKERS, figure_title, sweep_context, with_context
 from sweeps.analysis.power_law import GroupFit
 from sweeps.analysis.table_fits import table_fits
 from sweeps.analysis.tables import primary_metric, select_trials, varied_axes
@@ -188,6 +188,6 @@ def write_plots(
     paths = []
     sweep = out.name if sweep is None else sweep
     for stem, figure in plots_for(trials, curves, metric, specs, fits, sweep).items():
-        figure.savefig(out / f"{stem}.png", dpi=120)
+        figure.savefig(out / f"{stem}.png", dpi=120, metadata={"Title": figure_title(figure)})
         paths.append(out / f"{stem}.png")
     return paths

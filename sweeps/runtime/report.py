@@ -142,7 +142,6 @@ def _best_lines(
     from arith.config import from_dict
     from arith.text.formats import build_format
     from sweeps.analysis.store import masked
-    from sweeps.tracking.writer import run_name
 
     swept = " ".join(f"{k}={best[k]}" for k in axes if k in best)
     metric = spec.sweep.metric
@@ -155,7 +154,7 @@ def _best_lines(
     command += ["--tracking-uri", masked(uri), example]
     return "\n".join(
         [
-            f"best trial:     {run_name(spec.name, str(best['trial_id']))} "
+            f"best trial:     {best['trial_id']} "
             f"({_chosen_text(metric, best)}"
             + (f"; {swept}" if swept else "")
             + f"), run {best['run_id']}",

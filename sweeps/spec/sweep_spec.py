@@ -29,13 +29,14 @@ import yaml
 from arith import dataconf
 from arith.errors import ConfigError, require
 from arith.training.trainer import SUMMARY_KEYS
+from sweeps.spec.metrics import FINAL_NAMESPACES
 from sweeps.spec.settings import SweepSettings, check_settings
 from sweeps.spec.space import Derived, Dimension, parse_derived, parse_dimension
 from sweeps.spec.spec_file import BLOCKS, SpecError, apply_overrides, read_yaml
 
 # Metrics train() reports only once, at the end: a scheduler or a model-based searcher that
 # decides on intermediate results cannot use them.
-FINAL_ONLY_PREFIXES = ("test/", "ood/", "longer/", "longer_val/", "edge/", "best/")
+FINAL_ONLY_PREFIXES = tuple(f"{namespace}/" for namespace in FINAL_NAMESPACES)
 
 
 @dataclass(frozen=True)
