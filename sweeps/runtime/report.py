@@ -41,7 +41,7 @@ def print_summary(
     if missing:
         print(missing, file=sys.stderr)
     if tracker.redone["trials"]:
-        print(redone_line(tracker.redone, getattr(tracker, "resumed_from", None)))
+        print(redone_line(tracker.redone, tracker.resumed_from))
 
 
 def _report(spec, out_dir: Path, uri: str, parent_id: str, seconds: float, errors: int) -> str:
