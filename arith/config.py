@@ -102,8 +102,19 @@ class RunConfig:
 
 
 def from_dict(data: dict[str, Any] | None) -> RunConfig:
-    """A RunConfig from nested plain data; raises ConfigError naming the bad dotted path."""
-    return dataconf.from_dict(RunConfig, data or {})
+    """A RunConfig from nested plain data; raises ConfigError naming the bad dotted path. A key
+    put in the wrong section is pointed to its own (``train.lr``: did you mean ``optim.lr``?)."""
+    try:
+        return dataconf.from_dict(RunConfig, data or {})
+    except dataconf.UnknownKeyError as err:
+        homes = sorted(
+            p for p in dataconf.field_paths(RunConfig) if p.rsplit(".", 1)[-1] == err.key
+        )
+        if not homes:
+            raise
+        section = homes[0].rsplit(".", 1)[0]
+        hint = f" {err.key} is a key of {section}: did you mean {homes[0]}?"
+        raise dataconf.UnknownKeyError(err.path, err.key, err.allowed, hint) from None
 
 
 # YAML 1.1 (PyYAML) reads 1e-3 as the string "1e-3"; a float needs a dot (1.0e-3). Researchers

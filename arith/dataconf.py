@@ -8,6 +8,7 @@ the same dotted path (``model.n_layer``) names a field everywhere.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from typing import Any, Literal, TypeVar
@@ -15,6 +16,24 @@ from typing import Any, Literal, TypeVar
 from arith.errors import ConfigError
 
 T = TypeVar("T")
+
+
+class UnknownKeyError(ConfigError):
+    """A key its dataclass does not have: ``key``, with the keys it does have (``allowed``)
+    and, where one is close, the one meant (``max_step`` -> ``did you mean max_steps?``)."""
+
+    def __init__(self, path: str, key: str, allowed: list[str], hint: str | None = None) -> None:
+        self.key, self.allowed = key, allowed
+        hint = hint if hint is not None else did_you_mean(key, allowed)
+        listed = ", ".join(allowed)
+        super().__init__(path, f"unknown key;{hint} allowed keys are: {listed}")
+
+
+def did_you_mean(name: str, choices: list[str], cutoff: float = 0.6) -> str:
+    """`` did you mean max_steps?`` for the closest of ``choices`` (difflib's ratio at least
+    ``cutoff``), else an empty string."""
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=cutoff)
+    return f" did you mean {close[0]}?" if close else ""
 
 
 def from_dict(cls: type[T], data: Any, path: str = "") -> T:
@@ -25,10 +44,9 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
         raise ConfigError(path or "config", f"expected a mapping, but got {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)
     if unknown:
-        allowed = ", ".join(sorted(fields))
-        raise ConfigError(_join(path, str(unknown[0])), f"unknown key; allowed keys are: {allowed}")
+        raise UnknownKeyError(_join(path, str(unknown[0])), str(unknown[0]), sorted(fields))
     kwargs = {name: _convert(hints[name], value, _join(path, name)) for name, value in data.items()}
     try:
         return cls(**kwargs)

@@ -152,7 +152,8 @@ def run_spec(
     """
     from sweeps.analysis.store import default_tracking_uri
     from sweeps.runtime.driver import run_sweep
-    from sweeps.spec.sweep_spec import apply_overrides, load_spec, parse_spec
+    from sweeps.spec.spec_file import apply_overrides
+    from sweeps.spec.sweep_spec import load_spec, parse_spec
 
     if isinstance(spec, Mapping):
         parsed = parse_spec(apply_overrides(dict(spec), list(sets)))

@@ -16,7 +16,7 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        from sweeps.spec.sweep_spec import printable
+        from sweeps.spec.spec_file import printable
 
         print(f"error: {printable(message)} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)

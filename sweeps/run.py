@@ -129,7 +129,7 @@ def _dry_run(spec, args: argparse.Namespace, out_dir: Path, uri: str) -> int:
     """The trials; with --extend, which it reuses and which it trains (read from MLflow)."""
     from sweeps.runtime.dry_run import dry_run_text
 
-    text = dry_run_text(spec)
+    text = dry_run_text(spec, out_dir, uri, args.address)
     if args.extend:
         from sweeps.runtime.extend import preview
         from sweeps.runtime.state import SweepError

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
+from sweeps.analysis.run_values import run_figures
+
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 
@@ -134,7 +136,7 @@ def assert_no_duplicate_steps(uri: str, runs) -> int:
 def assert_diagnostics_logged(client: MlflowClient, run) -> None:
     """A trial's data diagnostics and embedding trajectories (sweeps.analysis.plot_diagnostics)
     on its run: no evaluation set shares a problem with training, nor test with validation."""
-    overlaps = {k: v for k, v in run.data.metrics.items() if k.endswith("_overlap")}
+    overlaps = {k: v for k, v in run_figures(run).items() if k.endswith("_overlap")}
     assert {"data/val/train_overlap", "data/test/train_overlap", "data/test/val_overlap"} <= set(
         overlaps
     ), overlaps

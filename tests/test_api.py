@@ -148,7 +148,7 @@ def test_plots_are_written_as_pngs(project, tmp_path):
 
 
 def test_run_refuses_a_bad_spec_before_anything_starts(project, tmp_path):
-    from sweeps.spec.sweep_spec import SpecError, read_yaml
+    from sweeps.spec.spec_file import SpecError, read_yaml
 
     spec = read_yaml(ROOT / "search_spaces" / "smoke.yaml")
     with pytest.raises(SpecError, match=r"space.model.d_model: expected a non-empty list"):

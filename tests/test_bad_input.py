@@ -363,6 +363,49 @@ def test_mistakes_found_late_before_are_refused_before_anything_starts(spec, arg
     assert line.startswith(f"error: {starts}"), line
 
 
+# ---- refusals that say what was meant (issue 47) ----
+
+WIDTH_VS_DEPTH = ROOT / "search_spaces" / "width_vs_depth.yaml"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--set", "base.train.max_step=5"],
+         "error: base.train.max_step: unknown key; did you mean max_steps? allowed keys are: "),
+        (["--set", "base.train.lr=1e-3"],
+         "error: base.train.lr: unknown key; lr is a key of optim: did you mean optim.lr? "),
+        (["--set", "sweep.nmae=x"], "error: sweep.nmae: unknown key; did you mean name? "),
+        (["--set", "space.model.n_layers=[1,2]"],
+         "error: space.model.n_layers: 'model.n_layers' is not a config path; did you mean "
+         "model.n_layer?"),
+    ],
+    ids=["nearest-key", "key-moved", "sweep-block", "space-path"],
+)  # fmt: skip
+def test_a_mistyped_or_misplaced_key_is_refused_with_the_key_meant(argv, says, workdir):
+    line = assert_refused([str(WIDTH_VS_DEPTH), "--dry-run", *argv], workdir, "suggestion")
+    assert line.startswith(says), line
+    # A mistake of base alone is no trial's: the main job's first trial was named as if it were.
+    assert "(trial " not in line, line
+
+
+def test_a_base_value_wrong_only_with_a_trial_still_names_the_trial(workdir):
+    # n_head 6 divides the base's default width, never the swept 128, 64 or 32
+    argv = [str(WIDTH_VS_DEPTH), "--dry-run", "--set", "base.model.n_head=6"]
+    argv += ["--set", "base.model.d_model=96"]
+    line = assert_refused(argv, workdir, "suggestion")
+    assert line.startswith("error: base.model.n_head: ") and "(trial {" in line, line
+
+
+def test_a_spec_that_is_not_there_lists_the_specs_that_are(workdir):
+    mistyped = str(ROOT / "search_spaces" / "widht_vs_depth.yaml")
+    line = assert_refused([mistyped, "--dry-run"], workdir, "suggestion")
+    assert "No such file or directory; did you mean width_vs_depth.yaml? the specs in " in line
+    assert "search_spaces/: abacus_length.yaml, " in line and "smoke.yaml" in line, line
+    line = assert_refused(["nothing.yaml", "--dry-run"], workdir, "suggestion")  # cwd: empty
+    assert "; the specs in " in line and "did you mean" not in line, line
+
+
 # ---- the real command, a handful of times ----
 
 REAL_CASES = [

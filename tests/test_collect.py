@@ -23,8 +23,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
 from sweeps.analysis import collect, plots
+from sweeps.analysis.run_values import parse_param_column
 from sweeps.table import main
-from sweeps.tracking.writer import run_name
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = "width_vs_depth"
@@ -55,7 +55,7 @@ def _log_trial(client, experiment_id, parent_id, trial_id, config, start_time, f
         "sweep.status": "ERROR" if failed else "TERMINATED",
         "sweep.stopped_reason": "error" if failed else "max_steps",
     }
-    run = client.create_run(experiment_id, start_time, tags, run_name=run_name(SWEEP, trial_id))
+    run = client.create_run(experiment_id, start_time, tags, run_name=trial_id)
     run_id = run.info.run_id
     # Params as tracking.py writes cfg.flat(): every value a string, None as "None", lists as str.
     flat = {
@@ -271,11 +271,11 @@ def test_missing_store_is_one_line_and_creates_nothing(tmp_path, capsys, monkeyp
 
 
 def test_parse_param_column():
-    assert collect.parse_param_column(["1", "None", "3"]) == [1, None, 3]
-    assert collect.parse_param_column(["1", "0.5"]) == [1.0, 0.5]
-    assert collect.parse_param_column(["True", "False"]) == [True, False]
-    assert collect.parse_param_column(["[1, 2]", "None"]) == ["[1, 2]", None]
-    assert collect.parse_param_column(["rope", "abacus"]) == ["rope", "abacus"]
+    assert parse_param_column(["1", "None", "3"]) == [1, None, 3]
+    assert parse_param_column(["1", "0.5"]) == [1.0, 0.5]
+    assert parse_param_column(["True", "False"]) == [True, False]
+    assert parse_param_column(["[1, 2]", "None"]) == ["[1, 2]", None]
+    assert parse_param_column(["rope", "abacus"]) == ["rope", "abacus"]
 
 
 def test_trials_csv_puts_id_status_axes_and_metric_first():

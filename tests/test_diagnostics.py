@@ -127,3 +127,22 @@ def test_a_long_run_keeps_a_bounded_evenly_spread_track():
     assert run.steps[0] == 0 and run.steps[-1] == 990
     gaps = set(np.diff(run.steps[:-1]).tolist())
     assert len(gaps) == 1  # evenly spread, the last point aside
+
+
+def test_every_diagnostic_figure_names_its_trial_and_each_panel_has_a_legend(tmp_path):
+    from sweeps.analysis.plot_diagnostics import diagnostic_figures, trial_title
+
+    train(from_dict(TINY), checkpoint_dir=tmp_path / "run")
+    numbers = diagnostics.export(tmp_path / "run", tmp_path / "out")
+    title = trial_title("smoke", "3acb0_00002", from_dict(TINY).flat())
+    assert title == "smoke · trial 3acb0_00002 · 2-digit addition, plain digits"
+    figures = diagnostic_figures(numbers, title)
+    assert set(figures) == {"diagnostics/answers.png", "diagnostics/carries.png", "embeddings.png"}
+    for name, figure in figures.items():
+        assert figure.get_suptitle().startswith(title), name
+    # The answer lengths' panel had no legend: which bar was which set was left to guess.
+    value_panel, length_panel = figures["diagnostics/answers.png"].axes
+    for panel in (value_panel, length_panel):
+        assert panel.get_legend() is not None
+    names = [t.get_text() for t in length_panel.get_legend().texts]
+    assert names[0] == "train" and "test" in names, names

@@ -141,15 +141,6 @@ def test_a_granted_gpu_torch_cannot_see_is_one_line():
     assert placing.granted_gpu_refusal([], cuda_available=False) is None
 
 
-def test_dry_run_shows_the_rule():
-    from sweeps.runtime.dry_run import dry_run_text
-
-    text = dry_run_text(_smoke())
-    assert "gpu auto: a GPU share per trial decided when the cluster is known: " in text
-    assert placing.GPU_AUTO_RULE in text
-    assert "gpu 0.5" in dry_run_text(_smoke("sweep.resources.gpu=0.5"))
-
-
 @pytest.fixture
 def local_ray(request):
     """A local Ray declaring ``request.param`` GPUs, whether or not this machine has any."""

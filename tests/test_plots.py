@@ -154,3 +154,60 @@ def test_embedding_labels_all_shown_when_they_fit():
     figure = embeddings_figure(track)
     assert sorted(t.get_text() for t in figure.axes[0].texts) == ["+", "<eos>", "="]
     assert "labelled" not in figure.axes[0].get_title()
+
+
+# ---- figures a reader can take out of their folder (issue 47) ----
+
+
+def _main_job_trials() -> pd.DataFrame:
+    """The grid as the main job logs it: its task and format, and what each trial trained in
+    recorded beside the swept precision (``hardware.precision``)."""
+    trials = _trials()
+    return trials.assign(**{
+        "task.name": "addition", "task.n_digits": 3, "format.name": "base100",
+        "hardware.precision": trials["train.precision"],
+    })  # fmt: skip
+
+
+def test_a_copy_of_the_swept_precision_does_not_repeat_in_the_legend():
+    trials = _main_job_trials()
+    figure = plots.plots_for(trials, _curves(trials), "val/exact_match", [TABLE])["training_curves"]
+    legend = figure.legends[0]
+    labels = [t.get_text() for t in legend.texts]
+    # It read "d_model x n_layer, precision, precision" over "128x2 bf16 bf16".
+    assert legend.get_title().get_text() == "d_model x n_layer, precision"
+    assert labels[:2] == ["128x2 bf16", "128x1 bf16"]
+    assert len(set(labels)) == len(labels)
+
+
+def test_two_axes_of_one_short_name_are_told_apart():
+    trials = _trials().assign(**{"optim.dropout": [0.0, 0.1] * 3, "model.dropout": 0.1})
+    trials.loc[:1, "model.dropout"] = 0.2
+    labels = plots.trial_labels(trials)
+    assert labels["88bca_00000"] == "128x2 bf16 optim.dropout=0 model.dropout=0.2"
+
+
+def _colour_distance(a, b) -> float:
+    return float(np.linalg.norm(np.asarray(a[:3]) - np.asarray(b[:3])))
+
+
+def test_every_trials_line_has_a_colour_of_its_own():
+    # 128 x 2 and 128 x 1 were two shades of dark purple, one colour to the eye.
+    trials = _main_job_trials()
+    figure = plots.plots_for(trials, _curves(trials), "val/exact_match", [TABLE])["training_curves"]
+    colours = [line.get_color() for line in figure.axes[0].get_lines()]
+    assert len(colours) == 6
+    closest = min(_colour_distance(a, b) for i, a in enumerate(colours) for b in colours[i + 1 :])
+    assert closest > 0.25, closest
+
+
+def test_every_figure_names_its_sweep_and_task():
+    trials = _main_job_trials()
+    figures = plots.plots_for(
+        trials, _curves(trials), "val/exact_match", [TABLE], sweep="width_vs_depth"
+    )
+    assert {"exact_match_vs_params", "width_x_depth", "training_curves"} <= set(figures)
+    for name, figure in figures.items():
+        title = figure.get_suptitle()
+        assert title.startswith("width_vs_depth · 3-digit addition, base 100"), (name, title)
+        assert any(f"({where}" in _texts(figure) for where in SET_NAMES.values()), name

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sweeps.analysis.tables import build_table, describe, select_trials, summarise, to_markdown
+from sweeps.analysis.table_notes import describe
+from sweeps.analysis.tables import build_table, select_trials, summarise, to_markdown
 from sweeps.spec.table_block import Selection, TableSpec, table_specs_from_block
 
 VAL, TEST = "val/exact_match", "test/exact_match"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeps.spec.sweep_spec import SpecError, apply_overrides, load_spec, parse_spec
+from sweeps.spec.spec_file import SpecError, apply_overrides
+from sweeps.spec.sweep_spec import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,6 +19,8 @@ import yaml
 from mlflow import MlflowClient
 from sweep_procs import assert_diagnostics_logged
 
+from sweeps.analysis.run_values import run_figures
+
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 
@@ -97,9 +99,13 @@ def test_one_parent_and_a_child_per_trial(sweep):
         assert child.info.status == "FINISHED"
         assert child.data.params["train.max_steps"] == "30"
         assert child.data.params["optim.betas"] == "[0.9, 0.98]"
-        for key in ("n_params", "steps", "wall_time_s", "test/exact_match", "val/exact_match"):
+        for key in ("n_params", "steps", "wall_time_s", "val/exact_match"):
             assert key in child.data.metrics, key
-        grid = {k for k in child.data.metrics if k.startswith("lengths/")}
+        # measured once: a value the run page shows as one, not a one-point chart
+        assert (
+            "test/exact_match" in child.data.tags and "test/exact_match" not in child.data.metrics
+        )
+        grid = {k for k in run_figures(child) if k.startswith("lengths/")}
         assert {"lengths/extrapolation_ratio", "lengths/exact_match/3x1"} <= grid
         assert len(grid) <= 3 * 3 + 1  # a cell per length pair and the ratio, no more
     plots = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "plots")}
@@ -242,7 +248,7 @@ def test_parent_run_carries_the_sweep_and_the_ui_opens_on_it(sweep):
     assert best.data.metrics[metric] == top
     assert parent.data.metrics[f"best/{metric}"] == top
     # Chosen on validation; the held-out test figure is the chosen trial's, logged beside it.
-    held_out = best.data.metrics["test/exact_match"]
+    held_out = run_figures(best)["test/exact_match"]
     assert parent.data.metrics["best/test/exact_match"] == held_out
     assert parent.data.tags["sweep.best_chosen_on"] == "val/loss (min)"
     line = next(x for x in sweep["result"].stdout.splitlines() if x.startswith("best trial:"))
@@ -258,8 +264,12 @@ def test_parent_run_carries_the_sweep_and_the_ui_opens_on_it(sweep):
     assert (view["orderByKey"], view["orderByAsc"]) == (f"metrics.`{metric}`", True)  # min
     assert view["selectedColumns"] == [
         "params.`model.d_model`", "params.`train.seed`", f"metrics.`{metric}`",
-        "metrics.`test/exact_match`",
+        "tags.`test/exact_match`",
     ]  # fmt: skip
+    # The chart view opens on the curves: the metric and the training loss, pinned first.
+    assert [c["metricKey"] for c in view["compareRunCharts"]] == [metric, "train/loss"]
+    assert [s["name"] for s in view["compareRunSections"]] == ["curves"]
+    assert "compareRunsMode=CHART" in address
     assert "workflowType=machine_learning" in address
     assert f"/#/experiments/{parent.info.experiment_id}/runs?" in address  # the tab keeps the key
 

@@ -390,7 +390,7 @@ def test_exact_match_by_length_puts_trained_and_longer_lengths_on_one_axis(tmp_p
 )
 def test_pooled_axes_are_named_in_the_caption(rows, columns, pooled):
     from sweeps.analysis.collect import render_tables
-    from sweeps.analysis.tables import describe, pooled_axes
+    from sweeps.analysis.table_notes import describe, pooled_axes
 
     trials = _trials()
     # A value derived from the width is constant in a width's cells: not pooled by a width row.
@@ -408,7 +408,7 @@ def test_pooled_axes_are_named_in_the_caption(rows, columns, pooled):
 
 
 def test_a_selected_key_is_not_pooled():
-    from sweeps.analysis.tables import pooled_axes
+    from sweeps.analysis.table_notes import pooled_axes
     from sweeps.spec.table_block import Selection
 
     trials = _trials().assign(**{"val/exact_match": lambda f: f[METRIC]})
@@ -418,3 +418,21 @@ def test_a_selected_key_is_not_pooled():
         select=Selection(("model.n_layer",), "val/exact_match"),
     )
     assert pooled_axes(trials, spec) == []
+
+
+def test_the_main_jobs_by_params_table_shows_the_chosen_figure_beside_the_peak_labelled():
+    """The best trial is chosen on each trial's last val/exact_match; by_params showed only
+    best/val/exact_match (a trial's peak at one evaluation: 0.994 beside the chosen 0.990),
+    unlabelled. Now both, and the caption says which is which."""
+    from pathlib import Path
+
+    from sweeps.analysis.table_notes import describe
+    from sweeps.spec.sweep_spec import load_spec
+
+    root = Path(__file__).resolve().parents[1]
+    spec = load_spec(root / "search_spaces" / "width_vs_depth.yaml")
+    by_params = next(t for t in spec.tables if t.name == "by_params")
+    assert {spec.sweep.metric, f"best/{spec.sweep.metric}"} <= set(by_params.values)
+    caption = describe(by_params)
+    assert "best/val/exact_match is a trial's peak val/exact_match at one evaluation" in caption
+    assert "val/exact_match its last (what a best trial is chosen on)" in caption

@@ -11,6 +11,7 @@ from mlflow import MlflowClient
 from sweep_procs import FakeTrial
 
 from arith.training.cost import describe
+from sweeps.analysis.run_values import run_figures
 from sweeps.spec.space import resolve_run_config
 from sweeps.tracking.records import training_metrics
 from sweeps.tracking.tracker import MLflowTracker
@@ -108,9 +109,8 @@ def check_layout(uri: str, tracker: MLflowTracker) -> None:
     assert set(children) == {"t_0", "t_1", "t_2"}
     for run in children.values():
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
-        # the trial's index first (t_2 -> 2-tracking-test-t): the UI cuts a long name's end
-        index = run.data.tags["sweep.trial_id"].rsplit("_", 1)[1]
-        assert run.info.run_name == f"{index}-tracking-test-t"
+        # one trial id in MLflow and trials.csv: the run is named by it, whole
+        assert run.info.run_name == run.data.tags["sweep.trial_id"]
         assert "config.yaml" in {a.path for a in client.list_artifacts(run.info.run_id)}
     ok, bad, cut = children["t_0"], children["t_1"], children["t_2"]
     assert ok.data.params["model.d_model"] == "32"
@@ -222,21 +222,21 @@ def test_attach_takes_what_mlflow_holds_as_the_truth(tmp_path):
     trial = FakeTrial("t_0", {})
     first.on_trial_start(0, [], trial)
     first.on_trial_result(1, [], trial, eval_result(0, 0.0))
-    first.on_trial_result(2, [], trial, {**eval_result(10, 0.5), "test/exact_match": 0.4})
+    first.on_trial_result(2, [], trial, {**eval_result(10, 0.5), "perf/tokens_per_s": 400.0})
     assert first.outbox.flush()  # what the first driver delivered before it was killed
     second = make_tracker(uri)
     second.set_state({"parent_run_id": parent})  # what Tune restores; MLflow fills the rest
     assert second.trials["t_0"].steps["val/exact_match"] == 10
     second.on_trial_start(3, [], trial)
     second.on_trial_result(4, [], trial, eval_result(0, 0.0))
-    second.on_trial_result(5, [], trial, eval_result(10, 0.5))  # no test/ metric this time
-    second.on_trial_result(6, [], trial, {**eval_result(20, 0.75), "test/exact_match": 0.7})
+    second.on_trial_result(5, [], trial, eval_result(10, 0.5))  # no perf/ metric this time
+    second.on_trial_result(6, [], trial, {**eval_result(20, 0.75), "perf/tokens_per_s": 700.0})
     assert second.outbox.flush()
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("tracking-test").experiment_id])
     assert len(runs) == 2  # parent and one child
     run_id = second.trials["t_0"].run_id
-    for key, steps in (("val/exact_match", [0, 10, 20]), ("test/exact_match", [10, 20])):
+    for key, steps in (("val/exact_match", [0, 10, 20]), ("perf/tokens_per_s", [10, 20])):
         assert [m.step for m in client.get_metric_history(run_id, key)] == steps
     assert second.redone["trials"] == 1
 
@@ -384,7 +384,7 @@ def test_parent_run_carries_the_choice_on_validation_and_its_held_out_figures(tm
     envelope = json.loads(experiment.tags[ui.VIEW_TAG_PREFIX + ui.view_key(parent.info.run_id)])
     state = json.loads(envelope["state"])
     assert state["orderByKey"] == "metrics.`val/exact_match`" and not state["orderByAsc"]
-    assert "metrics.`test/exact_match`" in state["selectedColumns"]
+    assert "tags.`test/exact_match`" in state["selectedColumns"]  # a trial's run keeps it so
 
 
 def test_an_errored_trial_restarted_by_a_resume_logs_its_real_summary(tmp_path):
@@ -416,7 +416,7 @@ def test_an_errored_trial_restarted_by_a_resume_logs_its_real_summary(tmp_path):
     assert run.data.tags["sweep.stopped_reason"] == "early_stopping"
     assert (run.data.tags["sweep.status"], run.info.status) == ("EARLY_STOPPED", "FINISHED")
     assert run.data.metrics["steps"] == 20
-    assert run.data.metrics["best/val/exact_match"] == 0.75
+    assert run_figures(run)["best/val/exact_match"] == 0.75
     assert run.data.metrics["val/steps_to_threshold"] == 20
     for key in run.data.metrics:
         steps = [m.step for m in client.get_metric_history(run_id, key)]

@@ -177,3 +177,67 @@ def test_a_pack_member_that_finished_keeps_its_end_when_the_pack_errors_later(ur
     assert (finished.info.status, finished.data.tags["sweep.status"]) == ("FINISHED", "TERMINATED")
     assert finished.data.metrics["n_params"] == 100  # its own summary, not a stand-in
     assert (failed.info.status, failed.data.tags["sweep.status"]) == ("FAILED", "ERROR")
+
+
+@pytest.mark.parametrize(
+    ("ended", "cause"),
+    [("KILLED", "before Ctrl-C stopped the sweep"), (None, "before the sweep's driver died")],
+    ids=["ctrl-c", "driver-killed"],
+)
+def test_a_resume_says_what_stopped_the_work_it_redid(uri, ended, cause):
+    """After a Ctrl-C (the parent run ended KILLED) nothing died, though the resume's summary
+    said the work was "logged before the driver or worker died"; a driver killed outright
+    leaves its parent RUNNING."""
+    from sweeps.runtime.report import redone_line
+
+    first = make_records(uri)
+    first.trial_started("t_0", {})
+    for step, em in ((0, 0.0), (10, 0.5), (20, 0.6)):
+        first.trial_reported("t_0", {}, evaluation(step, em))
+    if ended is not None:
+        first.finish_parent(ended)
+    assert first.outbox.flush()
+
+    resumed = SweepRecords(uri, "records-test", first.resolve, describe)
+    resumed.attach(first.parent_run_id)
+    resumed.trial_started("t_0", {}, restored={"step": 10})
+    line = redone_line(resumed.redone, resumed.resumed_from)
+    assert line == (
+        "restored from checkpoints: 1 trial(s), redid 10 steps (~0.0 s of training) that ran "
+        f"after their last checkpoint, {cause}"
+    )
+    assert "died" not in line or ended is None
+
+
+def test_single_values_are_tags_the_curves_metrics_and_both_read_back_as_before(uri):
+    """MLflow's run page charted every metric, namespaces in alphabetical order: forty
+    one-point charts (best/, data/, edge/, test/) stood before train/loss and val/exact_match.
+    The figures measured once are tags of their names now; the trials frame reads them, and the
+    runs logged before, which held them as metrics, the same."""
+    from sweeps.analysis.collect import trials_frame
+
+    records = make_records(uri)
+    records.trial_started("t_0", {})
+    records.trial_reported("t_0", {}, evaluation(0, 0.0))
+    last = {**evaluation(20, 0.75), "test/exact_match": 0.7, "data/test/train_overlap": 0.0}
+    records.trial_reported("t_0", {}, last)
+    records.trial_reported("t_0", {}, {**summary(20), "best/val/exact_match": 0.8})
+    records.trial_completed("t_0", {})
+    assert records.outbox.flush()
+
+    (run,) = child_runs(uri).values()
+    assert set(run.data.metrics) >= {"val/exact_match", "train/loss", "n_params", "steps"}
+    figures = {"test/exact_match": "0.7", "data/test/train_overlap": "0.0",
+               "best/val/exact_match": "0.8"}  # fmt: skip
+    assert not set(figures) & set(run.data.metrics)
+    assert {k: run.data.tags[k] for k in figures} == figures
+    assert steps(uri, run, "val/exact_match") == [(0, 0.0), (20, 0.75)]
+
+    # A run of the same trial logged before, its figures as metrics: the same columns.
+    client = MlflowClient(uri)
+    old = client.create_run(run.info.experiment_id, tags={"sweep.trial_id": "t_1"})
+    for key, value in {**figures, "val/exact_match": "0.75"}.items():
+        client.log_metric(old.info.run_id, key, float(value), step=20)
+    frame = trials_frame([run, client.get_run(old.info.run_id)]).set_index("trial_id")
+    for key, value in figures.items():
+        assert frame[key].tolist() == [float(value)] * 2, key

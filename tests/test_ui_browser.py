@@ -33,7 +33,7 @@ def browse(url: str, *what: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no Chromium installed")
-def test_the_printed_address_opens_the_runs_table_of_the_sweep(mlflow_server, tmp_path):
+def test_the_printed_address_opens_the_sweeps_curves_first(mlflow_server, tmp_path):
     sets = ["space.train.seed=[0]", "base.train.max_steps=10"]
     proc = start_sweep(tmp_path, mlflow_server, sets)
     assert proc.wait(timeout=300) == 0, (tmp_path / "run.err").read_text()[-2000:]
@@ -41,12 +41,21 @@ def test_the_printed_address_opens_the_runs_table_of_the_sweep(mlflow_server, tm
     address = next(x for x in stdout.splitlines() if x.startswith("open the sweep:")).split()[-1]
     assert address.startswith(mlflow_server + "/#/experiments/")
     dom = browse(address, "--dump-dom").stdout
-    # The Runs table of model training (not the empty GenAI overview) in the sweep's saved
-    # view: its two trials (not the parent), the swept axis and the metric as columns.
+    # Model training (not the empty GenAI overview), the sweep's saved view: its two trials
+    # (not the parent), whole run names, and its chart view opening on the curves section, the
+    # metric and the training loss, before the other sections (the one-point charts of single
+    # values came first, alphabetically, in front of them).
     assert ">Runs<" in dom and "viewing a shared view" in dom, dom[-3000:]
     assert "<strong>2</strong> matching runs" in dom, re.findall(r".{60}matching run", dom)
-    assert ">model.d_model<" in dom and ">val/exact_match<" in dom, dom[-3000:]
+    trial_ids = set(re.findall(r">([0-9a-f]{5}_0000[01])<", dom))
+    assert len(trial_ids) == 2, trial_ids
+    curves, loss, other = dom.find(">curves<"), dom.find("train/loss"), dom.find(">val<")
+    assert 0 < curves < dom.find("val/exact_match", curves) < other, dom[-3000:]
+    assert curves < loss < other
     shot = Path(__file__).resolve().parents[1] / "results" / "ui_screenshot.png"
     shot.parent.mkdir(exist_ok=True)
     browse(address, f"--screenshot={shot}")
     assert shot.is_file() and shot.stat().st_size > 10_000
+    table = address.replace("compareRunsMode=CHART&", "")  # the page's Table switch
+    dom = browse(table, "--dump-dom").stdout
+    assert ">model.d_model<" in dom and ">val/exact_match<" in dom and ">test/exact_match<" in dom

@@ -3,8 +3,9 @@
 Reads only MLflow (the layout sweeps/tracking/records.py and writer.py write): the sweep's
 parent run (tag ``sweep.role=parent``) and its nested child runs, one per trial (tag
 ``mlflow.parentRunId``). Params come back as strings; they are turned back into numbers column
-by column, so a column of ``"64"``/``"128"`` is an int column and ``"None"``
-becomes a missing value.
+by column, so a column of ``"64"``/``"128"`` is an int column and ``"None"`` becomes a missing
+value; a trial's single values measured at its end come back from its tags
+(``sweeps.analysis.run_values``).
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ from mlflow.exceptions import MlflowException
 from sweeps.analysis.convergence import CONVERGENCE_TAG, budget_key, convergence_column
 from sweeps.analysis.phases import PHASE_METRICS, with_phase
 from sweeps.analysis.plots import CURVE_METRICS, write_plots
+from sweeps.analysis.run_values import is_number_or_none, parse_param_column, run_figures
 from sweeps.analysis.store import is_sqlite, sqlite_file
 from sweeps.analysis.table_fits import GroupFit, fit_note, table_fits, with_fit_columns
+from sweeps.analysis.table_notes import describe, pooled_axes, status_note
 from sweeps.analysis.tables import (
     build_table,
     default_table_specs,
-    describe,
-    pooled_axes,
-    status_note,
     summarise,
     to_markdown,
 )
@@ -47,7 +47,6 @@ FRONT_COLUMNS = ("trial_id", "status", "stopped_reason", "run_id")
 SIZE_COLUMNS = ("n_params", "n_params_non_embedding", "flops_per_token")
 TAIL_COLUMNS = ("steps", "wall_time_s")
 CURVE_COLUMNS = ("trial_id", "metric", "step", "value")
-_INT = re.compile(r"[-+]?\d+")
 
 
 class CollectError(Exception):
@@ -129,33 +128,13 @@ def _trial_id(run: Run) -> str:
     return run.data.tags.get("sweep.trial_id") or run.info.run_name or run.info.run_id
 
 
-def parse_param_column(raw: Sequence[str | None]) -> list[object]:
-    """Strings back to values, one type per column: all ints, else all floats, else all bools,
-    else the strings themselves (lists such as "[1, 2]" stay strings); "None" -> None."""
-    present = [v for v in raw if v is not None and v != "None"]
-    parsers = (
-        lambda v: int(v) if _INT.fullmatch(v.strip()) else _fail(),
-        float,
-        lambda v: {"True": True, "False": False}[v],
-    )
-    for parse in parsers:
-        try:
-            parsed = iter([parse(v) for v in present])
-        except (ValueError, KeyError):
-            continue
-        return [None if v is None or v == "None" else next(parsed) for v in raw]
-    return [None if v == "None" else v for v in raw]
-
-
-def _fail() -> int:
-    raise ValueError
-
-
 def trials_frame(runs: Iterable[Run]) -> pd.DataFrame:
-    """One row per trial run: bookkeeping tags, every param, the latest value of every metric."""
+    """One row per trial run: bookkeeping tags, every param, every figure (``run_figures``: the
+    latest value of every metric and the single values a run keeps as tags)."""
     runs = sorted(runs, key=_trial_id)
     params = sorted({k for r in runs for k in r.data.params})
-    metrics = sorted({k for r in runs for k in r.data.metrics})
+    figures = [run_figures(r) for r in runs]
+    metrics = sorted({k for found in figures for k in found})
     columns: dict[str, list[object]] = {
         "trial_id": [_trial_id(r) for r in runs],
         "status": [r.data.tags.get("sweep.status") for r in runs],
@@ -175,7 +154,7 @@ def trials_frame(runs: Iterable[Run]) -> pd.DataFrame:
         *[m for m in TAIL_COLUMNS if m in metrics],
     ]
     for key in order:
-        columns[key] = [r.data.metrics.get(key, float("nan")) for r in runs]
+        columns[key] = [found.get(key, float("nan")) for found in figures]
     frame = pd.DataFrame(columns)
     if "convergence" in frame.columns:  # next to the status it qualifies
         frame.insert(3, "convergence", frame.pop("convergence"))
@@ -185,13 +164,9 @@ def trials_frame(runs: Iterable[Run]) -> pd.DataFrame:
             frame[key] = frame[key].astype("int64")
     # A column of ints with a None in it becomes float (NaN); without one it stays int64.
     for key in params:
-        if frame[key].dtype == object and frame[key].map(_is_number_or_none).all():
+        if frame[key].dtype == object and frame[key].map(is_number_or_none).all():
             frame[key] = pd.to_numeric(frame[key])
     return frame.reset_index(drop=True)
-
-
-def _is_number_or_none(value: object) -> bool:
-    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
 def curves_frame(client: MlflowClient, runs: Iterable[Run], metrics: Iterable[str]) -> pd.DataFrame:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-import matplotlib
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -17,6 +15,7 @@ from sweeps.analysis.plot_style import (
     LINE_STYLES,
     MARKERS,
     MAX_LEGEND,
+    line_colours,
     measured_on,
     metric_label,
     metric_y_axis,
@@ -50,7 +49,7 @@ def training_curves(
     legend_rows = -(-min(len(trial_ids), MAX_LEGEND) // ncols)
     fig = Figure(figsize=(width, 4.0 + 0.22 * legend_rows), layout="constrained")
     axes = fig.subplots(1, len(present), squeeze=False)[0]
-    colours = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9, max(len(trial_ids), 1)))
+    colours = line_colours(len(trial_ids))
     for ax, metric in zip(axes, present, strict=True):
         rows = curves[curves["metric"] == metric]
         for i, (colour, trial_id) in enumerate(zip(colours, trial_ids, strict=False)):
@@ -94,7 +93,7 @@ def exact_match_by_length(trials: pd.DataFrame) -> Figure:
     groups = trials.groupby(keys, dropna=False) if keys else [("all", trials)]
     fig = Figure(figsize=(6.5, 4.2), layout="constrained")
     ax = fig.subplots()
-    colours = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.85, max(len(groups), 1)))
+    colours = line_colours(len(groups))
     for i, (colour, (key, part)) in enumerate(zip(colours, groups, strict=False)):
         values = part[[columns[n] for n in lengths]].astype(float).to_numpy()
         label = " ".join(format_key(k) for k in key) if isinstance(key, tuple) else format_key(key)
@@ -126,7 +125,7 @@ def trial_labels(trials: pd.DataFrame) -> dict[str, str]:
     for _, row in trials.iterrows():
         parts = ["x".join(format_key(row[a]) for a in WIDTH_DEPTH)] if joined else []
         parts += [str(row[a]) for a in words]
-        parts += [f"{short(a)}={format_key(row[a])}" for a in axes if a not in words]
+        parts += [f"{_name(a, axes)}={format_key(row[a])}" for a in axes if a not in words]
         labels[str(row["trial_id"])] = " ".join(parts)
     shared = pd.Series(labels, dtype=object).duplicated(keep=False)
     for trial_id in shared[shared].index:
@@ -138,21 +137,33 @@ def trial_labels(trials: pd.DataFrame) -> dict[str, str]:
 def label_title(trials: pd.DataFrame) -> str | None:
     """What ``trial_labels``' bare terms are, for the legend's title: ``d_model x n_layer,
     precision``; None where every term names itself (``seed=1``)."""
-    joined, _, words = _label_terms(trials)
+    joined, axes, words = _label_terms(trials)
     terms = ([" x ".join(short(a) for a in WIDTH_DEPTH)] if joined else []) + [
-        short(a) for a in words
+        _name(a, axes) for a in words
     ]
     return ", ".join(terms) or None
 
 
 def _label_terms(trials: pd.DataFrame) -> tuple[bool, list[str], list[str]]:
     """Whether width and depth both vary (one ``128x2`` term), the other varied axes, and
-    those of them whose values are words (``bf16``, ``rope``: shown bare)."""
+    those of them whose values are words (``bf16``, ``rope``: shown bare). An axis that says
+    what an earlier one says, trial for trial, is left out: ``hardware.precision`` repeats a
+    swept ``train.precision`` (``128x2 bf16 bf16`` under ``precision, precision``)."""
     varied = varied_axes(trials)
     joined = all(a in varied for a in WIDTH_DEPTH)
-    axes = [a for a in varied if not (joined and a in WIDTH_DEPTH)]
+    axes: list[str] = []
+    for a in varied:
+        if joined and a in WIDTH_DEPTH:
+            continue
+        if not any(trials[a].astype(str).equals(trials[b].astype(str)) for b in axes):
+            axes.append(a)
     words = [a for a in axes if trials[a].map(_is_word).all()]
     return joined, axes, words
+
+
+def _name(axis: str, axes: Sequence[str]) -> str:
+    """An axis's short name (``d_model``), or its whole path where another axis shares it."""
+    return axis if sum(short(a) == short(axis) for a in axes) > 1 else short(axis)
 
 
 def _is_word(value: object) -> bool:

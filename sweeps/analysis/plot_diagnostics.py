@@ -23,7 +23,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from arith.training import diagnostics as arith_diagnostics
-from sweeps.analysis.plot_style import MARKERS
+from sweeps.analysis.plot_style import MARKERS, task_words, with_context
 
 MARGINS = {"left": 0.12, "right": 0.97, "bottom": 0.14, "top": 0.88}
 """Fixed margins: the driver draws these for every trial as it ends, and ``tight_layout``
@@ -76,6 +76,7 @@ def answers_figure(data: dict[str, Any]) -> Figure:
     labels, shares = _keyed_shares(sets, "answer_length")
     _grouped_bars(length_ax, labels, shares)
     length_ax.set_xlabel("answer length (digits)")
+    length_ax.legend(fontsize=7)
     fig.suptitle("answers: training against each evaluation set")
     fig.subplots_adjust(**MARGINS, wspace=0.25)
     return fig
@@ -165,18 +166,36 @@ def _labelled(
     return kept
 
 
-def write_diagnostics(checkpoint_dir: Path, into: Path, member: int | None = None) -> list[Path]:
+def write_diagnostics(
+    checkpoint_dir: Path, into: Path, member: int | None = None, title: str | None = None
+) -> list[Path]:
     """The numbers of a trial's checkpoint (``arith.training.diagnostics.export``) and their
     figures, under ``into`` as the trial's run lays them out; the files (none without
     diagnostics)."""
     written = arith_diagnostics.export(checkpoint_dir, into, member)
-    return written + draw_diagnostics(into, written)
+    return written + draw_diagnostics(into, written, title)
 
 
-def draw_diagnostics(into: Path, numbers: list[Path]) -> list[Path]:
+def trial_title(sweep: str, trial_id: str, config: dict[str, Any]) -> str:
+    """``width_vs_depth · trial a188b_00002 · 3-digit addition, base 100``: what a trial's
+    figure is of, read out of its folder (``config``: the trial's flat run config)."""
+    return f"{sweep} · trial {trial_id} · {task_words(config)}"
+
+
+def draw_diagnostics(into: Path, numbers: list[Path], title: str | None = None) -> list[Path]:
     """The figures of the numbers files ``numbers`` (``arith.training.diagnostics.export``'s),
-    under ``into``; the files drawn. Figure objects only (no pyplot state), so any one thread
-    may draw: the sweep's MLflow writer thread does (``sweeps.tracking.records``)."""
+    under ``into``, each titled first with ``title`` (``trial_title``); the files drawn. Figure
+    objects only (no pyplot state), so any one thread may draw: the sweep's MLflow writer
+    thread does (``sweeps.tracking.records``)."""
+    drawn = []
+    for name, fig in diagnostic_figures(numbers, title).items():
+        fig.savefig(into / name, dpi=100)
+        drawn.append(into / name)
+    return drawn
+
+
+def diagnostic_figures(numbers: list[Path], title: str | None = None) -> dict[str, Figure]:
+    """The figures of the numbers files ``numbers``, by the name each is saved under."""
     figures: dict[str, Figure] = {}
     for path in numbers:
         values = json.loads(path.read_text())
@@ -185,8 +204,8 @@ def draw_diagnostics(into: Path, numbers: list[Path]) -> list[Path]:
             figures["diagnostics/carries.png"] = carries_figure(values)
         else:
             figures["embeddings.png"] = embeddings_figure(values)
-    drawn = []
-    for name, fig in figures.items():
-        fig.savefig(into / name, dpi=100)
-        drawn.append(into / name)
-    return drawn
+    if title:
+        for fig in figures.values():  # a line more at the top, above the figure's own title
+            with_context(fig, title)
+            fig.subplots_adjust(top=MARGINS["top"] - 0.08)
+    return figures

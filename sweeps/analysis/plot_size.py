@@ -222,5 +222,6 @@ def exact_match_by_op(trials: pd.DataFrame, split: str = "test") -> Figure:
     ax.set_ylim(-0.02, 1.02)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="small", loc="best")
-    ax.set_title(f"{split} exact match per operation vs parameters ({len(trials)} trials)")
+    ax.set_title(f"{metric_label(split + '/exact_match')} per operation vs parameters "
+                 f"({len(trials)} trials)")  # fmt: skip
     return fig

@@ -11,6 +11,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from collections.abc import Mapping
+
 import pandas as pd
 from matplotlib import ticker
 
@@ -99,3 +101,75 @@ def metric_y_axis(ax, metric: str, values: pd.Series) -> None:
     elif log_scaled_loss(metric, values):
         ax.set_yscale("log")
         readable_log_ticks(ax.yaxis)
+
+
+# A trial's task and format in words, for a figure that is read out of its folder.
+FORMAT_WORDS = {
+    "plain": "plain digits",
+    "spaced": "spaced digits",
+    "reversed": "reversed answers",
+    "carry_trace": "carry traces",
+    "base100": "base 100",
+}
+MODULAR_WORDS = {"add": "addition", "sub": "subtraction", "div": "division"}
+
+
+def task_words(config: Mapping[str, object]) -> str:
+    """``3-digit addition, base 100`` from a trial's flat config (a trials row, or
+    ``RunConfig.flat()``): its task, its size and its format."""
+    name, digits = config.get("task.name"), config.get("task.n_digits")
+    if name == "modular":
+        operation = MODULAR_WORDS.get(str(config.get("task.operation")), "arithmetic")
+        task = f"modular {operation} mod {config.get('task.modulus')}"
+    elif name == "sorting":
+        task = f"sorting up to {config.get('task.max_items')} items"
+    elif name == "multi_op":
+        task = f"{digits}-digit {' '.join(_listed(config.get('task.ops')))}"
+    else:
+        task = f"{digits}-digit {name}"
+    form = config.get("format.name")
+    return f"{task}, {FORMAT_WORDS.get(str(form), form)}" if form is not None else task
+
+
+def _listed(value: object) -> list[str]:
+    """A list param as MLflow gives it back (``"['+', '-']"``), or as a config holds it."""
+    if isinstance(value, str):
+        return [part.strip(" '\"") for part in value.strip("[]()").split(",") if part.strip()]
+    return [str(v) for v in value or ()]
+
+
+def sweep_context(trials: pd.DataFrame, sweep: str | None) -> str | None:
+    """``width_vs_depth · 3-digit addition, base 100``: the sweep and its tasks (each once),
+    the line that lets a figure say what it is out of its folder; None with neither."""
+    tasks = list(dict.fromkeys(task_words(row) for row in trials.to_dict("records")))
+    tasks = [t for t in tasks if not t.startswith("None-digit")]  # trials without a task column
+    parts = [p for p in (sweep, "; ".join(tasks)) if p]
+    return " · ".join(parts) or None
+
+
+def with_context(fig, context: str | None) -> None:
+    """``context`` as the figure's first title line, above its own suptitle if it has one."""
+    if not context:
+        return
+    own = fig.get_suptitle()
+    fig.suptitle(f"{context}\n{own}" if own else context, fontsize="medium")
+
+
+def figure_title(fig) -> str:
+    """Every title of a figure on one line, suptitle first (`` | `` between them): what a PNG
+    of it carries as its Title, so that a copy of it can be told by what it shows."""
+    own = fig.get_suptitle()
+    titles = [own, *(ax.get_title() for ax in fig.axes)]
+    return " | ".join(" ".join(t.split()) for t in titles if t.strip())
+
+
+def line_colours(n: int) -> list:
+    """``n`` colours told apart at a glance: a qualitative palette where it has enough (tab10,
+    then tab20), else evenly spread viridis. Lines of a sequential map sat so close that 128 x 2
+    and 128 x 1 looked one colour."""
+    import numpy as np
+
+    for name, size in (("tab10", 10), ("tab20", 20)):
+        if n <= size:
+            return [matplotlib.colormaps[name](i) for i in range(n)]
+    return list(matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9, n)))

@@ -32,7 +32,7 @@ from sweeps.analysis.plot_heatmaps import (
 from sweeps.analysis.plot_lengths import has_length_grid, length_heatmap
 from sweeps.analysis.plot_phases import LR_WD, phase_map
 from sweeps.analysis.plot_size import BUDGET, exact_match_by_op, exact_match_vs_params, isoflop
-from sweeps.analysis.plot_style import MARKERS
+from sweeps.analysis.plot_style import MARKERS, figure_title, sweep_context, with_context
 from sweeps.analysis.power_law import GroupFit
 from sweeps.analysis.table_fits import table_fits
 from sweeps.analysis.tables import primary_metric, select_trials, varied_axes
@@ -71,16 +71,19 @@ def plots_for(
     metric: str | None = None,
     specs: Sequence[TableSpec] = (),
     fits: Mapping[str, list[GroupFit] | str] | None = None,
+    sweep: str | None = None,
 ) -> dict[str, Figure]:
-    """The plots this sweep supports, by file stem: heatmaps only where both axes vary; the
-    metric against parameters over the cells of the first selected table (with its fit where
-    it fits the metric against n_params); ``fit_<table>`` for every other fitted table; an
-    isoFLOP plot where ``train.flops_budget`` varies; each operation's exact match against
-    parameters where a multi-operation sweep varies the size; exact match by operand length
-    where the trials have a longer-than-trained set; the length grid's heatmaps where they
-    measured one; the phase map where learning rate and weight decay both vary over a grid and
-    the trials have phases (``sweeps.analysis.phases``). The size plot and the heatmaps show
-    ``shown_metric``: the exact match the tables report."""
+    """The plots this sweep supports, by file stem, each titled first with the sweep's name
+    and its task (``sweep_context``: a figure copied out of its folder still says what it is).
+    Heatmaps only where both axes vary; the metric against parameters over the cells of the
+    first selected table (with its fit where it fits the metric against n_params);
+    ``fit_<table>`` for every other fitted table; an isoFLOP plot where ``train.flops_budget``
+    varies; each operation's exact match against parameters where a multi-operation sweep
+    varies the size; exact match by operand length where the trials have a longer-than-trained
+    set; the length grid's heatmaps where they measured one; the phase map where learning rate
+    and weight decay both vary over a grid and the trials have phases
+    (``sweeps.analysis.phases``). The size plot and the heatmaps show ``shown_metric``: the
+    exact match the tables report."""
     metric = shown_metric(trials, metric, specs)
     fits = fits or {}
     axes = varied_axes(trials)
@@ -113,6 +116,9 @@ def plots_for(
     if len(curves):
         labels, title = trial_labels(trials), label_title(trials)
         figures["training_curves"] = training_curves(curves, labels=labels, legend_title=title)
+    context = sweep_context(trials, sweep)
+    for figure in figures.values():
+        with_context(figure, context)
     return figures
 
 
@@ -170,15 +176,18 @@ def write_plots(
     *,
     metric: str | None = None,
     fits: Mapping[str, list[GroupFit] | str] | None = None,
+    sweep: str | None = None,
 ) -> list[Path]:
-    """The sweep's plots (``plots_for``) as PNGs in ``out_dir``; their paths."""
+    """The sweep's plots (``plots_for``) as PNGs in ``out_dir``; their paths. ``sweep``: the
+    name their titles give, by default the folder's (a sweep's outputs go to OUT/<name>)."""
     if trials.empty:
         return []
     fits = table_fits(trials, specs) if fits is None else fits
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for stem, figure in plots_for(trials, curves, metric, specs, fits).items():
-        figure.savefig(out / f"{stem}.png", dpi=120)
+    sweep = out.name if sweep is None else sweep
+    for stem, figure in plots_for(trials, curves, metric, specs, fits, sweep).items():
+        figure.savefig(out / f"{stem}.png", dpi=120, metadata={"Title": figure_title(figure)})
         paths.append(out / f"{stem}.png")
     return paths

@@ -2,6 +2,12 @@
 
     smoke  3/4 done · 1 running · 0 pending · 0 errored · best val/exact_match 0.912 · 0:42
 
+Its best is the figure the sweep chooses its best trial on (``sweeps.runtime.report``): each
+trial's latest value of the metric, the best of those; never a trial's peak at one evaluation,
+which a later evaluation may have left behind. A resumed sweep's line says what it took over::
+
+    smoke  1/4 done · 1 running · 2 pending · 0 errored · resumed: 1 done, 1 from a checkpoint · ...
+
 On a terminal the line is rewritten in place; elsewhere (logs, CI) a line is printed only when
 the counts change, at most every ``interval_s`` seconds.
 """
@@ -49,7 +55,9 @@ class ProgressLine(Callback):
     """Tune callback printing done / running / pending / errored, best so far and elapsed.
 
     ``pack_sizes[k]`` is the number of trials pack ``k`` trains (a packed sweep's Tune trial
-    has config ``{"pack": k}``), so the line counts trials, never packs.
+    has config ``{"pack": k}``), so the line counts trials, never packs. ``resumed``: the sweep
+    continues an earlier run (``--resume``), whose finished trials and checkpoints the line
+    names.
     """
 
     def __init__(
@@ -61,12 +69,17 @@ class ProgressLine(Callback):
         stream: TextIO | None = None,
         interval_s: float = 0.5,
         pack_sizes: list[int] | int | None = None,
+        resumed: bool = False,
     ) -> None:
         self.name, self.total, self.metric, self.mode = name, total, metric, mode
         self.pack_sizes = pack_sizes
         self.stream = stream or sys.stderr
         self.interval_s = interval_s
-        self.best: float | None = None
+        # Each trial's (a pack's member's) latest value of the metric, by trial and member.
+        self.latest: dict[tuple[str, str], float] = {}
+        self.resumed = resumed
+        self.taken_over: dict[str, int] | None = None  # a resume's, read at its first step
+        self.from_checkpoints: set[str] = set()
         self.start = time.monotonic()
         self._last_line = ""
         self._last_print = 0.0
@@ -74,6 +87,13 @@ class ProgressLine(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "stream": None}  # streams do not pickle
+
+    @property
+    def best(self) -> float | None:
+        """The best of the trials' latest values: what the sweep would choose on now."""
+        if not self.latest:
+            return None
+        return max(self.latest.values()) if self.mode == "max" else min(self.latest.values())
 
     def line(self, trials: list) -> str:
         counts = status_counts(trials, self.pack_sizes)
@@ -83,24 +103,53 @@ class ProgressLine(Callback):
         best = "-" if self.best is None else f"{self.best:.4g}"
         return (
             f"{self.name}  {counts['done']}/{total} done · {counts['running']} running · "
-            f"{counts['pending']} pending · {counts['errored']} errored · "
+            f"{counts['pending']} pending · {counts['errored']} errored{self._resumed_part()} · "
             f"best {self.metric} {best} · {format_elapsed(time.monotonic() - self.start)}"
         )
 
-    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
-        # A packed sweep reports its members' metrics under "members" (sweeps.spec.packing).
-        for reported in [result, *result.get("members", {}).values()]:
-            self._consider(reported.get(self.metric))
+    def _resumed_part(self) -> str:
+        """`` · resumed: 2 done, 1 from a checkpoint``: what a resume took over, once known."""
+        done = (self.taken_over or {}).get("done", 0)
+        restarted = len(self.from_checkpoints)
+        parts = [f"{done} done"] if done else []
+        if restarted:
+            parts.append(f"{restarted} from a checkpoint" if restarted == 1 else
+                         f"{restarted} from checkpoints")  # fmt: skip
+        return f" · resumed: {', '.join(parts)}" if parts else ""
 
-    def _consider(self, value: Any) -> None:
-        if isinstance(value, int | float) and math.isfinite(value):
-            better = self.best is None or (
-                value > self.best if self.mode == "max" else value < self.best
-            )
-            if better:
-                self.best = float(value)
+    def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
+        # A trial of a resumed sweep that restarts where its checkpoint left it.
+        if self.resumed and getattr(trial, "latest_checkpoint_result", None) is not None:
+            self.from_checkpoints |= set(self._keys(trial))
+
+    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
+        self._consider(trial, result)
+
+    def _consider(self, trial, result: dict | None) -> None:
+        # A packed sweep reports its members' metrics under "members" (sweeps.spec.packing).
+        members = (result or {}).get("members")
+        reported = members if members else {"": result or {}}
+        for member, metrics in reported.items():
+            value = metrics.get(self.metric)
+            if isinstance(value, int | float) and math.isfinite(value):
+                self.latest[(trial.trial_id, member)] = float(value)
+
+    def _keys(self, trial) -> list[str]:
+        """The trials a Tune trial stands for: itself, or each member of its pack."""
+        if self.pack_sizes is None:
+            return [trial.trial_id]
+        return [f"{trial.trial_id}/{i}" for i in range(self.pack_sizes[trial.config["pack"]])]
+
+    def _take_over(self, trials: list) -> None:
+        """At a resume's first step: the trials it restored finished, and the latest figures
+        of every trial it restored (Tune keeps each trial's last result)."""
+        self.taken_over = {"done": status_counts(trials, self.pack_sizes)["done"]}
+        for trial in trials:
+            self._consider(trial, getattr(trial, "last_result", None))
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        if self.resumed and self.taken_over is None:
+            self._take_over(trials)
         now = time.monotonic()
         if now - self._last_print < self.interval_s:
             return

@@ -41,7 +41,7 @@ def print_summary(
     if missing:
         print(missing, file=sys.stderr)
     if tracker.redone["trials"]:
-        print(_redone_line(tracker.redone))
+        print(redone_line(tracker.redone, tracker.resumed_from))
 
 
 def _report(spec, out_dir: Path, uri: str, parent_id: str, seconds: float, errors: int) -> str:
@@ -142,7 +142,6 @@ def _best_lines(
     from arith.config import from_dict
     from arith.text.formats import build_format
     from sweeps.analysis.store import masked
-    from sweeps.tracking.writer import run_name
 
     swept = " ".join(f"{k}={best[k]}" for k in axes if k in best)
     metric = spec.sweep.metric
@@ -155,7 +154,7 @@ def _best_lines(
     command += ["--tracking-uri", masked(uri), example]
     return "\n".join(
         [
-            f"best trial:     {run_name(spec.name, str(best['trial_id']))} "
+            f"best trial:     {best['trial_id']} "
             f"({_chosen_text(metric, best)}"
             + (f"; {swept}" if swept else "")
             + f"), run {best['run_id']}",
@@ -164,10 +163,23 @@ def _best_lines(
     )
 
 
-def _redone_line(redone: dict[str, float]) -> str:
+# What stopped the trials that restarted from their checkpoints, by the status their parent run
+# had when --resume found it; without a resume (None), a worker died and Tune retried its trial.
+REDO_CAUSES = {
+    "KILLED": "Ctrl-C stopped the sweep",
+    "RUNNING": "the sweep's driver died",
+    None: "a worker died",
+}
+
+
+def redone_line(redone: dict[str, float], resumed_from: str | None) -> str:
+    """What restarting from checkpoints cost: the steps trained again, which had run after each
+    trial's last checkpoint, and what stopped them (``REDO_CAUSES``)."""
+    cause = REDO_CAUSES.get(resumed_from, "the sweep's last run ended")
     return (
         f"restored from checkpoints: {redone['trials']} trial(s), redid {redone['steps']} steps "
-        f"(~{redone['seconds']:.1f} s of training) logged before the driver or worker died"
+        f"(~{redone['seconds']:.1f} s of training) that ran after their last checkpoint, "
+        f"before {cause}"
     )
 
 

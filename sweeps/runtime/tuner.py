@@ -68,7 +68,9 @@ def build_tuner(
     if uses_seed_trials(s):  # every trial trains its seeds
         pack_sizes = len(s.seeds)
     total = state["extend_trials"] if extended else space.n_trials(spec)
-    progress = ProgressLine(spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes)
+    progress = ProgressLine(
+        spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes, resumed=resume
+    )
     trainable = tune.with_resources(trainable, tuning.trial_resources(spec, placement, slots))
     lost = LostTrials(s.max_failures)
     callbacks = [bind_callbacks(spec.name, [tracker, progress, lost]), JsonLoggerCallback()]

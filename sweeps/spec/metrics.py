@@ -8,6 +8,13 @@ from __future__ import annotations
 # make its figure the maximum of noise, not a held-out estimate. Whole namespaces ("longer/"),
 # so a validation set such as longer_val/ stays selectable.
 HELD_OUT_PREFIXES = ("test/", "ood/", "longer/", "edge/", "carry/", "cascade/", "lengths/")
+# The namespaces a trial measures once, at its end (its data's sizes and overlaps among them):
+# single values, which a child run keeps as tags of those names, so that MLflow shows them as
+# values and its charts keep to the curves (train/, val/, perf/, time/).
+FINAL_NAMESPACES = (
+    "best", "carry", "cascade", "data", "edge", "lengths", "longer", "longer_val", "ood",
+    "probe", "test",
+)  # fmt: skip
 # The names of a share of answers (or answer tokens) that are right, whatever set or slice
 # they are of: ``test/exact_match/len_5``, ``ood/normalised_match``, ``train/token_accuracy``,
 # ``test/digit_accuracy/0`` (the ones digit).
@@ -39,6 +46,12 @@ def is_fraction(metric: str) -> bool:
 def is_held_out(metric: str) -> bool:
     """Whether ``metric`` belongs to a held-out set (HELD_OUT_PREFIXES), never selected on."""
     return metric.startswith(HELD_OUT_PREFIXES)
+
+
+def is_final_figure(metric: str) -> bool:
+    """Whether ``metric`` is measured once, at a trial's end (FINAL_NAMESPACES)."""
+    namespace, slash, _ = metric.partition("/")
+    return bool(slash) and namespace in FINAL_NAMESPACES
 
 
 def held_out_message(metric: str) -> str:

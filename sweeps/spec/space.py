@@ -52,11 +52,17 @@ class Dimension:
         return f"{self.kind}({self.values[0]}, {self.values[1]})"
 
 
+def _nearest(path: str, paths: set[str]) -> str:
+    """`` did you mean model.n_layer?`` for a path mistyped, else an example of a path."""
+    close = dataconf.did_you_mean(path, sorted(paths), cutoff=0.75)
+    return close or " e.g. model.d_model, optim.lr"
+
+
 def parse_dimension(where: str, key: str, value: Any, paths: set[str]) -> Dimension:
     """A space entry: ``[v1, v2]`` or ``{loguniform: [lo, hi]}`` (see the module docstring)."""
     parts = key.split(",")
     for part in parts:
-        require(part in paths, where, f"{part!r} is not a config path (e.g. model.d_model)")
+        require(part in paths, where, f"{part!r} is not a config path;{_nearest(part, paths)}")
     if isinstance(value, list):
         require(len(value) > 0, where, "expected a non-empty list of values, but got []")
         values = tuple(value)
@@ -149,7 +155,7 @@ class Derived:
 
 
 def parse_derived(where: str, path: str, expression: Any, paths: set[str]) -> Derived:
-    require(path in paths, where, f"{path!r} is not a config path (e.g. optim.lr)")
+    require(path in paths, where, f"{path!r} is not a config path;{_nearest(path, paths)}")
     if isinstance(expression, int | float) and not isinstance(expression, bool):
         expression = repr(expression)
     require(

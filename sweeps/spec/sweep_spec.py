@@ -11,9 +11,9 @@ one line naming its dotted path and the bad value, e.g.
     derived: {optim.lr: "1e-3 * sqrt(train.batch_size / 32)"}
     table: {rows: [model.d_model], columns: [model.n_layer], values: [test/exact_match]}
 
-Here: reading the file and its ``--set`` overrides, then the checks across blocks (the space
-against the run config, the metrics every table and the search need). The ``sweep:`` block's
-dataclasses and the checks of its own values: ``sweeps.spec.settings``.
+Here: the checks across blocks (the space against the run config, the metrics every table and
+the search need). Reading the file and its ``--set`` overrides: ``sweeps.spec.spec_file``; the
+``sweep:`` block's dataclasses and the checks of its own values: ``sweeps.spec.settings``.
 """
 
 from __future__ import annotations
@@ -27,28 +27,16 @@ from typing import Any
 import yaml
 
 from arith import dataconf
-from arith.config import load_yaml, with_floats
 from arith.errors import ConfigError, require
 from arith.training.trainer import SUMMARY_KEYS
+from sweeps.spec.metrics import FINAL_NAMESPACES
 from sweeps.spec.settings import SweepSettings, check_settings
 from sweeps.spec.space import Derived, Dimension, parse_derived, parse_dimension
+from sweeps.spec.spec_file import BLOCKS, SpecError, apply_overrides, read_yaml
 
-BLOCKS = ("sweep", "base", "space", "derived", "table")
 # Metrics train() reports only once, at the end: a scheduler or a model-based searcher that
 # decides on intermediate results cannot use them.
-FINAL_ONLY_PREFIXES = ("test/", "ood/", "longer/", "longer_val/", "edge/", "best/")
-
-
-class SpecError(ConfigError):
-    """A mistake in a search-space file; ``str(err)`` is the one line a command prints."""
-
-    def __str__(self) -> str:
-        return printable(super().__str__())
-
-
-def printable(text: str) -> str:
-    """One line whatever a spec holds: control characters (newlines, \\x1e) escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+FINAL_ONLY_PREFIXES = tuple(f"{namespace}/" for namespace in FINAL_NAMESPACES)
 
 
 @dataclass(frozen=True)
@@ -74,53 +62,6 @@ def load_spec(path: str | Path, overrides: list[str] = ()) -> SweepSpec:
     """Read, override and validate a spec file; raises SpecError (one line) on any mistake."""
     raw = apply_overrides(read_yaml(path), list(overrides))
     return parse_spec(raw)
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    try:
-        return load_yaml(path, label="spec", allow_empty=False)
-    except ConfigError as err:
-        raise SpecError(err.path, err.message) from None
-
-
-def _short(err: BaseException) -> str:
-    return str(err).split(";")[0][:120] or type(err).__name__
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """``--set`` on the spec: ``base.train.max_steps=50``, ``space.model.d_model=[64,128]``,
-    ``sweep.scheduler.name=asha``, ``derived.optim.lr=...``, ``table.rows=[model.n_layer]``."""
-    out = yaml.safe_load(yaml.safe_dump(raw))  # a deep copy of plain data
-    for text in overrides:
-        key, sep, value_text = text.partition("=")
-        key = key.strip()
-        if not sep or "." not in key:
-            raise SpecError("--set", f"expected block.dotted.key=value, but got {text!r}")
-        try:
-            value = with_floats(yaml.safe_load(value_text)) if value_text.strip() else ""
-        except yaml.YAMLError:
-            value = value_text
-        except (ValueError, RecursionError) as err:
-            raise SpecError("--set", f"{key}: cannot read the value: {_short(err)}") from None
-        block, rest = key.split(".", 1)
-        if block not in BLOCKS:
-            raise SpecError("--set", f"{key!r} must start with one of {', '.join(BLOCKS)}")
-        section = out.setdefault(block, {})
-        if block in ("space", "derived"):  # their keys are themselves dotted paths
-            if not isinstance(section, dict):
-                raise SpecError(block, f"expected a mapping, but got {section!r}")
-            section[rest] = value
-        elif block == "table" and isinstance(section, list):
-            index, _, sub = rest.partition(".")
-            if not index.isdigit() or int(index) >= len(section) or not sub:
-                raise SpecError("--set", f"table is a list; use table.<index>.<key>, got {key!r}")
-            dataconf.set_dotted(section[int(index)], sub, value)
-        else:
-            try:
-                dataconf.set_dotted(out, key, value)
-            except ConfigError as err:
-                raise SpecError(err.path, err.message) from None
-    return out
 
 
 def parse_spec(raw: dict[str, Any]) -> SweepSpec:
@@ -277,7 +218,10 @@ def _check_configs(spec: SweepSpec, points: list[dict[str, Any]]) -> set[str]:
         try:
             cfg = resolve_run_config(spec.base, point, spec.derived)
         except ConfigError as err:
-            raise SpecError(_blame(err.path, spec), _with_point(err.message, point)) from None
+            where = _blame(err.path, spec)
+            if where.startswith("base") and _base_error(spec) == (err.path, err.message):
+                raise SpecError(where, err.message) from None  # no trial is to blame
+            raise SpecError(where, _with_point(err.message, point)) from None
         metrics |= reported_metrics(cfg)
         _check_device(cfg.train.device, spec.sweep.resources.gpu, point)
         _check_max_t(cfg, spec.sweep, point)
@@ -326,6 +270,18 @@ def _check_device(device: str, gpu: float | str, point: dict[str, Any]) -> None:
             point,
         ),
     )
+
+
+def _base_error(spec: SweepSpec) -> tuple[str, str] | None:
+    """The (path, message) of the base config's own mistake, read with no point and no derived
+    value, or None: a mistake the base makes alone is the base's, whatever trial met it."""
+    from sweeps.spec.space import resolve_run_config
+
+    try:
+        resolve_run_config(spec.base, {}, {})
+    except ConfigError as err:
+        return err.path, err.message
+    return None
 
 
 def _blame(path: str, spec: SweepSpec) -> str:

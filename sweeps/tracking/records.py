@@ -93,6 +93,9 @@ class SweepRecords:
         self.figures_step = figures_step
         # Work a restored trial did again: steps and training seconds since its checkpoint.
         self.redone = {"trials": 0, "steps": 0, "seconds": 0.0}
+        # The parent run's status a --resume found (KILLED: Ctrl-C), which says why work was
+        # redone; None without a resume (a worker died and its trial was retried).
+        self.resumed_from: str | None = None
         self.journal = journal
         self.outbox = self.writer.outbox(journal)
 
@@ -142,7 +145,7 @@ class SweepRecords:
         """Continue the sweep of ``parent_run_id``: its child runs and what they hold (read
         once what is queued is delivered: the writer thread must not write meanwhile)."""
         self.outbox.flush()
-        attach_sweep(self.writer, parent_run_id)
+        self.resumed_from = attach_sweep(self.writer, parent_run_id)
 
     def replay(self) -> int:
         """Deliver the writes a killed driver left in the journal (``replay_journal``); returns
@@ -242,7 +245,7 @@ class SweepRecords:
                 reason = "time_budget" if budget_spent else "scheduler"
                 self._log_fallback_summary(state, unit_id, unit_config, last_result, reason)
             if checkpoint is not None:
-                self._send_files(checkpoint, unit_id, i)
+                self._send_files(checkpoint, unit_id, unit_config, i)
             self._end_child(state, status, "FINISHED", unit_id)
 
     def trial_errored(
@@ -263,7 +266,7 @@ class SweepRecords:
             state = self.trials[unit_id]
             if i is not None and state.summary:
                 if checkpoint is not None:
-                    self._send_files(checkpoint, unit_id, i)
+                    self._send_files(checkpoint, unit_id, unit_config, i)
                 self._end_child(state, final_status(state.stopped_reason), "FINISHED", unit_id)
                 continue
             if not state.summary:
@@ -359,7 +362,9 @@ class SweepRecords:
         record = {"op": "end", "trial": trial_id, "tags": tags, "run_status": run_status}
         self._send({**record, "what": f"end of {trial_id}"})
 
-    def _send_files(self, checkpoint: Path, trial_id: str, member: int | None = None) -> None:
+    def _send_files(
+        self, checkpoint: Path, trial_id: str, config: dict[str, Any], member: int | None = None
+    ) -> None:
         """The trial's final model (model.pt with its config) as the child run's ``model/``
         artifact, and its diagnostics at the run's root: copied out of the local
         ``checkpoint`` folder now (it may be gone once Tune's hook returns), their figures
@@ -370,6 +375,7 @@ class SweepRecords:
             return
         from arith.training import diagnostics
         from arith.training.checkpoint import export_model
+        from sweeps.analysis.plot_diagnostics import trial_title
 
         folder = self.model_dir / trial_id
         extra = self.model_dir.parent / "diagnostics" / trial_id
@@ -391,5 +397,7 @@ class SweepRecords:
         if numbers:
             self._send(
                 {"op": "files", "trial": trial_id, "folder": str(extra),
-                 "draw": [str(path) for path in numbers], "what": f"diagnostics of {trial_id}"}
+                 "draw": [str(path) for path in numbers], "what": f"diagnostics of {trial_id}",
+                 "title": trial_title(self.writer.experiment_name, trial_id,
+                                      self.resolve(config).flat())}
             )  # fmt: skip

@@ -17,14 +17,16 @@ from sweeps.tracking.state import TrialState, is_real_summary
 from sweeps.tracking.writer import MLflowWriter
 
 
-def attach_sweep(writer: MLflowWriter, parent_run_id: str) -> None:
+def attach_sweep(writer: MLflowWriter, parent_run_id: str) -> str:
     """Point ``writer`` at the sweep of ``parent_run_id``: its child runs and what they hold;
-    the parent run is RUNNING again."""
+    the parent run is RUNNING again. Returns its status before: KILLED where Ctrl-C stopped the
+    sweep, RUNNING where its driver died without ending it."""
     from sweeps.analysis.collect import child_runs
 
     client = writer.client
     writer.parent_run_id = parent_run_id
     parent = client.get_run(parent_run_id)
+    before = parent.info.status
     writer.experiment_id = parent.info.experiment_id
     writer.trials = {}
     for run in child_runs(client, parent):
@@ -32,6 +34,7 @@ def attach_sweep(writer: MLflowWriter, parent_run_id: str) -> None:
         if trial_id is not None:
             writer.trials[trial_id] = held_state(run)
     client.set_terminated(parent_run_id, status="RUNNING")
+    return before
 
 
 def held_state(run) -> TrialState:

@@ -19,7 +19,9 @@ import yaml
 
 from arith.cli import one_line
 from sweeps.analysis.convergence import CONVERGENCE_TAG
+from sweeps.analysis.run_values import figure_tag
 from sweeps.analysis.store import sqlite_file
+from sweeps.spec.metrics import is_final_figure
 from sweeps.tracking.outbox import Outbox, Record
 from sweeps.tracking.state import TrialState
 
@@ -33,11 +35,19 @@ def artifact_root(tracking_uri: str) -> str | None:
     return None if db is None else (db.resolve().parent / "mlartifacts").as_uri()
 
 
-def run_name(experiment_name: str, trial_id: str) -> str:
-    """A trial's run name, what tells it apart first: ``88bca_00003`` of ``width_vs_depth`` ->
-    ``00003-width_vs_depth-88bca`` (Tune's trial id is the sweep's hash, then the index)."""
-    head, _, index = trial_id.rpartition("_")
-    return "-".join(part for part in (index, experiment_name, head) if part)
+def curves_and_figures(
+    rows: list[tuple[int, dict[str, float]]],
+) -> tuple[list[tuple[int, dict[str, float]]], dict[str, str]]:
+    """A trial's (step, metrics) rows without its figures measured once (its data's sizes, its
+    final sets, its best: ``sweeps.spec.metrics.is_final_figure``), and those as tags of their
+    names. MLflow's run page charts every metric, alphabetically by namespace, so forty
+    one-point charts (best/, data/, edge/, test/) stood before train/loss and val/exact_match;
+    as tags they show as values, and ``sweeps.analysis.run_values`` reads them back."""
+    curves, figures = [], {}
+    for step, metrics in rows:
+        curves.append((step, {k: v for k, v in metrics.items() if not is_final_figure(k)}))
+        figures.update({k: figure_tag(v) for k, v in metrics.items() if is_final_figure(k)})
+    return [(step, metrics) for step, metrics in curves if metrics], figures
 
 
 class MLflowWriter:
@@ -123,7 +133,9 @@ class MLflowWriter:
         elif op == "metrics":  # a summary's carries params too: what the trial trained on
             run_id = record.get("run_id") or state.run_id
             rows = record.get("rows") or [(record["step"], record["metrics"])]  # ``combine``d
-            self._log_metrics(run_id, rows, record.get("tags"), record.get("params"))
+            rows, figures = curves_and_figures(rows)
+            tags = {**(record.get("tags") or {}), **figures}
+            self._log_metrics(run_id, rows, tags, record.get("params"))
         elif op == "end":
             self._end_run(state, record["tags"], record["run_status"])
         elif op == "spec":
@@ -154,8 +166,10 @@ class MLflowWriter:
         state.created = True
         run = self.client.create_run(
             self.experiment(),
-            # the trial's own part first: the UI's Runs table cuts a long name at its end
-            run_name=run_name(self.experiment_name, trial_id),
+            # the trial's id as trials.csv and the models/ folder have it (``88bca_00003``),
+            # whole in the UI's Runs table, which cut ``00003-width_vs_depth-88bca`` short;
+            # the experiment already names the sweep
+            run_name=trial_id,
             tags={
                 "mlflow.parentRunId": self.parent_run_id,
                 "sweep.name": self.experiment_name,
@@ -369,7 +383,9 @@ def _draw(record: Record) -> None:
     from sweeps.analysis.plot_diagnostics import draw_diagnostics
 
     try:
-        draw_diagnostics(Path(record["folder"]), [Path(p) for p in record["draw"]])
+        draw_diagnostics(
+            Path(record["folder"]), [Path(p) for p in record["draw"]], record.get("title")
+        )
     except Exception as err:  # a figure lost must not hold up the writes behind it
         print(f"warning: no diagnostics figures for {record.get('trial')}: {one_line(err)}",
               file=sys.stderr)  # fmt: skip
