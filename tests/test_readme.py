@@ -91,7 +91,7 @@ def test_what_it_makes_names_every_file_a_run_of_the_main_job_leaves(tmp_path):
     assert not missing, f"'What it makes' leaves out {missing}"
 
 
-@pytest.mark.parametrize("words", ["about 25-30 minutes", '-m "not slow"'])
+@pytest.mark.parametrize("words", ["about an hour on 2 cores", '-m "not slow"'])
 def test_the_readme_says_how_long_the_tests_take_and_a_quicker_subset(words):
     quick_start = README[README.index("## Quick start") : README.index("## What the main job")]
     assert words in quick_start

@@ -16,10 +16,10 @@ the checks, Ray starting), seconds after Ray started (Tune's set-up, the first t
 some of its results, or seconds after its tables (the end: plots, the uploads to MLflow).
 
 The seeds come from the commit checked out (``commit_seed``: a fixed one outside git), so each CI
-run tries sequences no run tried before; CHAOS_RUNS sequences on each of the two ends of the Ray
-range that CI tests (``-m faults``): 1 in CI, as a sequence takes 35-60 s on 2 cores (20 would
-add about 15 minutes to a CI run of about 30). The seeds are printed as the module starts, and a
-failing sequence prints its seed and its steps, each with its seconds. Replay seeds with
+run tries sequences no run tried before; CHAOS_RUNS sequences, 1 in CI (on the newest Ray), as
+a sequence takes 35-120 s on 2 cores (20 would add 15 to 40 minutes to a CI run). The seeds
+are printed as the module starts, and a failing sequence prints its seed and its steps, each
+with its seconds. Replay seeds with
 ``CHAOS_SEEDS=<seed>,<seed> python -m pytest tests/test_user_chaos.py``; run N sequences from
 the commit's seeds with ``CHAOS_RUNS=N python -m pytest tests/test_user_chaos.py``.
 """

@@ -93,8 +93,7 @@ class SweepRecords:
         self.figures_step = figures_step
         # Work a restored trial did again: steps and training seconds since its checkpoint.
         self.redone = {"trials": 0, "steps": 0, "seconds": 0.0}
-        # The parent run's status a --resume found (KILLED: Ctrl-C), which says why work was
-        # redone; None without a resume (a worker died and its trial was retried).
+        # The status a --resume found on the parent (KILLED: Ctrl-C; None: no resume).
         self.resumed_from: str | None = None
         self.journal = journal
         self.outbox = self.writer.outbox(journal)
@@ -365,12 +364,10 @@ class SweepRecords:
     def _send_files(
         self, checkpoint: Path, trial_id: str, config: dict[str, Any], member: int | None = None
     ) -> None:
-        """The trial's final model (model.pt with its config) as the child run's ``model/``
-        artifact, and its diagnostics at the run's root: copied out of the local
-        ``checkpoint`` folder now (it may be gone once Tune's hook returns), their figures
-        drawn (``sweeps.analysis.plot_diagnostics``, about 0.3 s a trial) and everything
-        uploaded by the outbox's writer thread, off Tune's loop. ``member``: its position in
-        the pack whose checkpoint holds it (packed sweeps)."""
+        """The trial's final model (``model/``) and diagnostics (the run's root), copied out of
+        ``checkpoint`` now (gone once Tune's hook returns); their figures drawn (about 0.3 s a
+        trial) and uploaded by the outbox's writer thread, off Tune's loop. ``member``: its
+        place in the pack whose checkpoint holds it."""
         if self.model_dir is None:
             return
         from arith.training import diagnostics
