@@ -171,7 +171,7 @@ def test_best_trial_line_says_it_was_chosen_on_validation(tmp_path):
     best = best_trial(trials, VAL, "max")
     first = _best_lines(parse_spec(raw), best, ["model.d_model"], "sqlite:///x.db", tmp_path)
     assert first.splitlines()[0] == (
-        "best trial:     00002-s-t (chosen on val/exact_match 1; ood/exact_match 0.25, "
+        "best trial:     t_00002 (chosen on val/exact_match 1; ood/exact_match 0.25, "
         "test/exact_match 0.92; model.d_model=48), run r2"
     )
 

@@ -20,6 +20,7 @@ from mlflow import MlflowClient
 from sweep_procs import assert_diagnostics_logged
 
 from sweeps.analysis.run_values import run_figures
+from sweeps.tracking import ui
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
@@ -268,7 +269,7 @@ def test_parent_run_carries_the_sweep_and_the_ui_opens_on_it(sweep):
     ]  # fmt: skip
     # The chart view opens on the curves: the metric and the training loss, pinned first.
     assert [c["metricKey"] for c in view["compareRunCharts"]] == [metric, "train/loss"]
-    assert [s["name"] for s in view["compareRunSections"]] == ["curves"]
+    assert [s["name"] for s in view["compareRunSections"]] == ["curves", *ui.SECTIONS_AFTER]
     assert "compareRunsMode=CHART" in address
     assert "workflowType=machine_learning" in address
     assert f"/#/experiments/{parent.info.experiment_id}/runs?" in address  # the tab keeps the key

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import sys
 import threading
 import time
@@ -135,23 +136,33 @@ def run_on_head(drive: Callable[..., int], run: dict[str, Any], tty: bool) -> in
     remote = ray.remote(num_cpus=0, max_retries=0)(drive_on_head)
     env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
     task = remote.options(scheduling_strategy=on_head).remote(drive, console, run, tty, env)
-    presses = 0
-    while True:
-        try:
-            done, _ = ray.wait([task], timeout=POLL_S)
-            _show(ray.get(console.take.remote()))
-            if done:
-                return int(ray.get(task))
-        except ray.exceptions.RayError as err:  # the task or its node died
-            print(f"error: the sweep's driver on the head died: {one_line(err)}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            presses += 1
-            if presses > 2:  # the driver did not answer: end it, as kill -9 would
-                ray.cancel(task, force=True)
-                print("stopped (Ctrl-C three times); --resume continues it", file=sys.stderr)
-                return 130
-            ray.get(console.press.remote())
+    # A Ctrl-C here is counted by a handler and sent by the loop: raised as KeyboardInterrupt it
+    # could land inside Ray Client's own calls, which may swallow it (a press that never
+    # reached the head in a CI run: the sweep finished and exited 0).
+    presses: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda *_: presses.append(1))
+    sent = 0
+    try:
+        while True:
+            try:
+                done, _ = ray.wait([task], timeout=POLL_S)
+                _show(ray.get(console.take.remote()))
+                if done:
+                    return int(ray.get(task))
+                if len(presses) > 2:  # the driver did not answer: end it, as kill -9 would
+                    ray.cancel(task, force=True)
+                    print("stopped (Ctrl-C three times); --resume continues it", file=sys.stderr)
+                    return 130
+                for _ in range(len(presses) - sent):
+                    ray.get(console.press.remote())
+                    sent += 1
+            except ray.exceptions.RayError as err:  # the task or its node died
+                print(
+                    f"error: the sweep's driver on the head died: {one_line(err)}", file=sys.stderr
+                )
+                return 1
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _head_node_id() -> str:
@@ -207,8 +218,6 @@ def _watch(console, finished: threading.Event) -> None:
     the process would wait there for good: this thread unblocks SIGINT for itself and raises it
     here, and the Python handler runs in the main thread as for a press at a terminal (the
     sweep's own, which stops it cleanly, or KeyboardInterrupt before it is in place)."""
-    import signal
-
     import ray
 
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
