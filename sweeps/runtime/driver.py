@@ -19,7 +19,7 @@ from pathlib import Path
 from sweeps.runtime import extend as extending
 from sweeps.runtime import preflight, tuning
 from sweeps.runtime import resume as resuming
-from sweeps.runtime.interrupt import ctrl_c_ignored
+from sweeps.runtime.interrupt import ctrl_c_deferred, ctrl_c_ignored
 from sweeps.runtime.outputs import finish, stopped_at_start
 from sweeps.runtime.rerun import resume_command
 from sweeps.runtime.tuner import build_tuner
@@ -291,7 +291,8 @@ def _start(
                 print(
                     f"starting a local Ray ({os.cpu_count()} CPUs) ...", file=sys.stderr, flush=True
                 )
-                _init_ray(spec.sweep.max_concurrent if slots else None)
+                with ctrl_c_deferred():
+                    _init_ray(spec.sweep.max_concurrent if slots else None)
         finally:
             # A Ctrl-C while Ray starts still leaves the parent run made and known, so that the
             # stop can end it and print the --resume that starts the trials under it.

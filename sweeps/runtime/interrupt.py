@@ -89,3 +89,27 @@ def ctrl_c_ignored():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def ctrl_c_deferred():
+    """A Ctrl-C pressed during the block (Ray's start-up) is raised as KeyboardInterrupt once
+    the block is done, not inside it: raised within ``ray.init`` it was lost or left the
+    process hanging (a press 4 s into Ray's start ran the whole sweep, exit 0)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    presses = []
+
+    def on_sigint(signum, frame) -> None:
+        if not presses:
+            print("stopping once Ray has started ...", file=sys.stderr, flush=True)
+        presses.append(signum)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if presses:
+        raise KeyboardInterrupt
