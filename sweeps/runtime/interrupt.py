@@ -92,24 +92,34 @@ def ctrl_c_ignored():
 
 
 @contextlib.contextmanager
-def ctrl_c_deferred():
-    """A Ctrl-C pressed during the block (Ray's start-up) is raised as KeyboardInterrupt once
-    the block is done, not inside it: raised within ``ray.init`` it was lost or left the
-    process hanging (a press 4 s into Ray's start ran the whole sweep, exit 0)."""
+def ctrl_c_counted(on_first: str | None = None):
+    """Ctrl-C pressed during the block is counted in the list yielded, never raised: Ray's own
+    calls (``ray.init``, Ray Client's) lost a KeyboardInterrupt raised inside them, or hung.
+    ``on_first`` is printed at the first press. Off the main thread (no signals) the list
+    stays empty."""
+    presses: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield presses
         return
-    presses = []
 
     def on_sigint(signum, frame) -> None:
-        if not presses:
-            print("stopping once Ray has started ...", file=sys.stderr, flush=True)
+        if on_first is not None and not presses:
+            print(on_first, file=sys.stderr, flush=True)
         presses.append(signum)
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        yield
+        yield presses
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def ctrl_c_deferred():
+    """A Ctrl-C pressed during the block (Ray's start-up) is raised as KeyboardInterrupt once
+    the block is done, not inside it: raised within ``ray.init`` it was lost or left the
+    process hanging (a press 4 s into Ray's start ran the whole sweep, exit 0)."""
+    with ctrl_c_counted("stopping once Ray has started ...") as presses:
+        yield
     if presses:
         raise KeyboardInterrupt

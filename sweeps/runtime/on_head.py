@@ -130,19 +130,17 @@ def run_on_head(drive: Callable[..., int], run: dict[str, Any], tty: bool) -> in
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from arith.cli import one_line
+    from sweeps.runtime.interrupt import ctrl_c_counted
 
     on_head = NodeAffinitySchedulingStrategy(node_id=_head_node_id(), soft=False)
     console = ray.remote(num_cpus=0)(Console).options(scheduling_strategy=on_head).remote()
     remote = ray.remote(num_cpus=0, max_retries=0)(drive_on_head)
     env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
     task = remote.options(scheduling_strategy=on_head).remote(drive, console, run, tty, env)
-    # A Ctrl-C here is counted by a handler and sent by the loop: raised as KeyboardInterrupt it
-    # could land inside Ray Client's own calls, which may swallow it (a press that never
-    # reached the head in a CI run: the sweep finished and exited 0).
-    presses: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda *_: presses.append(1))
+    # A Ctrl-C here is counted and sent by the loop, never raised inside Ray Client's calls
+    # (one that landed there was lost in a CI run: the sweep finished and exited 0).
     sent = 0
-    try:
+    with ctrl_c_counted() as presses:
         while True:
             try:
                 done, _ = ray.wait([task], timeout=POLL_S)
@@ -157,12 +155,9 @@ def run_on_head(drive: Callable[..., int], run: dict[str, Any], tty: bool) -> in
                     ray.get(console.press.remote())
                     sent += 1
             except ray.exceptions.RayError as err:  # the task or its node died
-                print(
-                    f"error: the sweep's driver on the head died: {one_line(err)}", file=sys.stderr
-                )
+                said = f"error: the sweep's driver on the head died: {one_line(err)}"
+                print(said, file=sys.stderr)
                 return 1
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _head_node_id() -> str:
