@@ -25,11 +25,12 @@ from ray_cluster import (
     SMOKE,
     LocalCluster,
     _session_pids,
+    free_port,
     has_token_auth,
     run_module,
     start_default_head,
 )
-from sweep_procs import error_lines
+from sweep_procs import children, error_lines, wait_until
 
 # Short trials keep the cluster tests short, one trial per node at a time; SPREAD makes them
 # long enough (a few seconds) that a second worker starts before the first has run them all.
@@ -104,12 +105,115 @@ def test_node_local_storage_is_refused_before_anything_starts(cluster, tmp_path)
 
 
 def test_unreachable_cluster_is_one_line(tmp_path):
+    """Nothing listens at the address: one line within seconds, nothing made. Ray's own
+    connect to a GCS that never answers retried for more than 10 minutes (2026-11-28)."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    for module, address in (("sweeps.submit", "http://127.0.0.1:1"),):
-        result = run_module(module, str(SMOKE), "--address", address, env=env, cwd=tmp_path)
+    for module, address in (
+        ("sweeps.submit", "http://127.0.0.1:1"),
+        ("sweeps.run", f"127.0.0.1:{free_port()}"),
+        ("sweeps.run", f"ray://127.0.0.1:{free_port()}"),
+    ):
+        result = run_module(
+            module, str(SMOKE), "--address", address, "--out", str(tmp_path / "out"),
+            "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", env=env, cwd=tmp_path,
+            timeout=120,
+        )  # fmt: skip
         assert result.returncode == 2, result.stderr[-2000:]
         lines = error_lines(result.stderr)
         assert len(lines) == 1 and lines[0].startswith("error: --address: "), result.stderr
+        if module == "sweeps.run":
+            assert "nothing answers at" in lines[0] and "ray start --head" in lines[0], lines
+        assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
+
+
+def test_the_other_port_of_a_cluster_is_one_line_naming_the_right_one(cluster, tmp_path):
+    """Ray Client's port without ray://, or the GCS's with it: one line that says which port
+    each form takes, before anything starts (Ray's own errors came after long retries)."""
+    client_port = cluster.client.rsplit(":", 1)[1]
+    for address, kind in (
+        (f"127.0.0.1:{client_port}", "a Ray cluster's GCS"),
+        (f"ray://{cluster.address}", "a Ray Client server"),
+    ):
+        result = run_module(
+            "sweeps.run", str(SMOKE), "--address", address, "--out", str(tmp_path / "out"),
+            "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", env=cluster.env,
+            cwd=tmp_path, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 2, result.stderr[-2000:]
+        lines = error_lines(result.stderr)
+        assert len(lines) == 1 and f"answers, but not as {kind}" in lines[0], result.stderr
+        assert "ray:// takes the port of Ray Client's server" in lines[0]
+        assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_while_connecting_to_a_cluster_is_one_line_and_makes_nothing(cluster, tmp_path):
+    """A Ctrl-C while the driver connects: Ray's calls run to their end (raised inside them, a
+    press was lost), then exit 130 with a line saying nothing was made."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**cluster.env, "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-m", "sweeps.run", str(SMOKE), *SMALL, "--address", cluster.address]
+    args += ["--storage", str(tmp_path / "storage"), "--storage-shared"]
+    args += ["--out", str(tmp_path / "out"), "--tracking-uri", uri]
+    with (tmp_path / "run.err").open("w") as err_file:
+        proc = subprocess.Popen(
+            args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err_file,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        connecting = lambda: "connecting to the Ray" in (tmp_path / "run.err").read_text()  # noqa: E731
+        assert wait_until(connecting, 120, proc, every_s=0.02), (tmp_path / "run.err").read_text()
+        os.killpg(proc.pid, 2)  # Ctrl-C at the terminal
+        assert proc.wait(timeout=120) == 130, (tmp_path / "run.err").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = (tmp_path / "run.err").read_text()
+    assert "Traceback" not in err, err[-3000:]
+    assert "while connecting to the Ray cluster" in err and "nothing was started" in err, err
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_once_connected_to_a_cluster_stops_and_the_printed_command_finishes(
+    cluster, tmp_path
+):
+    """A Ctrl-C in the seconds after the driver has connected (MLflow making the sweep's parent
+    run): exit 130 and a printed command that runs the sweep to its end. Ctrl-C was ignored
+    there, and the sweep ran on to exit 0 (presses 0.3 to 2.5 s after connecting, 2026-11-28)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**cluster.env, "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-m", "sweeps.run", str(SMOKE), *SMALL, "--address", cluster.address]
+    args += ["--storage", str(tmp_path / "storage"), "--storage-shared"]
+    args += ["--out", str(tmp_path / "out"), "--tracking-uri", uri]
+    with (tmp_path / "run.err").open("w") as err_file:
+        proc = subprocess.Popen(
+            args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err_file,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        # The press 0.5 s after the placement line, which the driver prints once connected:
+        # here MLflow was then making the parent run (presses at 0.3 and 0.8 s on 2026-11-28).
+        placed = lambda: "placement:" in (tmp_path / "run.err").read_text()  # noqa: E731
+        assert wait_until(placed, 120, proc, every_s=0.05), (tmp_path / "run.err").read_text()
+        time.sleep(0.5)
+        os.killpg(proc.pid, 2)  # Ctrl-C at the terminal
+        assert proc.wait(timeout=120) == 130, (tmp_path / "run.err").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = (tmp_path / "run.err").read_text()
+    assert "Traceback" not in err, err[-3000:]
+    command = err.strip().splitlines()[-1].strip()
+    assert command.startswith("python -m sweeps.run ") and command.endswith("--resume"), err
+    assert f"--address {cluster.address}" in command
+    resumed = subprocess.run(
+        ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    parents, runs = children(uri, "smoke")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len({r.data.tags["sweep.trial_id"] for r in runs}) == len(runs) == 4
+    assert {r.info.status for r in runs} == {"FINISHED"}
 
 
 def test_submitted_job_lands_in_mlflow_server(cluster, mlflow_server, tmp_path):

@@ -58,24 +58,39 @@ _PROBES = {
 }
 
 
-def cluster_wants_token(address: str) -> bool:
-    """Whether the cluster at ``address`` refuses a call without a token: its GCS at
-    ``host:port``, or its Ray Client server at ``ray://host:port``. ``auto`` (the local head's
-    files) and anything unreachable: False (Ray decides, or the caller's own error says so)."""
+# How long the cheap call may take: a GCS answers it in milliseconds; a host that drops
+# packets never does (Ray's own connect then retries for many minutes).
+PROBE_TIMEOUT_S = 10
+
+
+def cluster_answer(address: str):
+    """The gRPC status of a cheap call, without a token, to the cluster at ``address``: its GCS
+    at ``host:port``, or its Ray Client server at ``ray://host:port``. ``OK`` or an error the
+    server sent (``UNAUTHENTICATED``: it wants a token; ``UNIMPLEMENTED``: not that kind of
+    server), ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED`` when nothing answers; None for what is
+    not asked (``auto``: the local head's files; Ray decides)."""
     import grpc
 
     scheme, _, target = address.rpartition("://")
     if scheme not in ("", "ray") or ":" not in target:
-        return False
+        return None
     channel = grpc.insecure_channel(target)
     try:
         call = channel.unary_unary(_PROBES[scheme or "gcs"])
-        call(b"", timeout=5)
+        call(b"", timeout=PROBE_TIMEOUT_S)
     except grpc.RpcError as err:
-        return err.code() == grpc.StatusCode.UNAUTHENTICATED
+        return err.code()
     finally:
         channel.close()
-    return False
+    return grpc.StatusCode.OK
+
+
+def cluster_wants_token(address: str) -> bool:
+    """Whether the cluster at ``address`` refuses a call without a token (``cluster_answer``);
+    anything unreachable: False (the caller's own error says so)."""
+    import grpc
+
+    return cluster_answer(address) == grpc.StatusCode.UNAUTHENTICATED
 
 
 def use_token(field: str, address: str, wanted: bool) -> None:

@@ -63,10 +63,15 @@ def connect(address: str) -> None:
     Trials import the project on other nodes from a copy of the project root that Ray uploads
     (excluding EXCLUDES), unless this is a submitted job, whose working dir Ray already ships.
     """
+    import grpc
+
     from sweeps.cluster import auth
 
+    answer = auth.cluster_answer(address)
+    if (why := _no_cluster(address, answer)) is not None:
+        raise ClusterError("--address", why)
     try:
-        auth.use_token("--address", address, auth.cluster_wants_token(address))
+        auth.use_token("--address", address, answer == grpc.StatusCode.UNAUTHENTICATED)
     except ConfigError as err:
         raise ClusterError("--address", err.message) from None
     import ray
@@ -111,6 +116,33 @@ def joined_address(address: str | None) -> str | None:
     if env and not env.startswith(("http://", "https://")):
         return env
     return "auto" if in_submitted_job() else None
+
+
+def _no_cluster(address: str, answer) -> str | None:
+    """Why no Ray cluster can be reached at ``address``, given ``auth.cluster_answer``'s
+    status; None when one answered (or nothing was asked). Ray's own connect to a GCS that
+    never answers retries for many minutes before its error."""
+    import grpc
+
+    from sweeps.cluster.auth import PROBE_TIMEOUT_S
+
+    client = address.startswith("ray://")
+    ports = (
+        "ray:// takes the port of Ray Client's server (10001 unless `ray start` was given "
+        "--ray-client-server-port); host:port without ray:// the GCS's (6379 by default)"
+    )
+    if answer == grpc.StatusCode.UNAVAILABLE:
+        start = "`ray start --head` starts one and prints its address"
+        return f"nothing answers at {address!r}: no Ray cluster there ({start}), or {ports}"
+    if answer == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return (
+            f"no answer from {address!r} within {PROBE_TIMEOUT_S} s: check the host and port "
+            "and that a firewall lets them through"
+        )
+    if answer == grpc.StatusCode.UNIMPLEMENTED:
+        kind = "a Ray Client server" if client else "a Ray cluster's GCS"
+        return f"{address!r} answers, but not as {kind}: {ports}"
+    return None
 
 
 def _connect_error(address: str, err: BaseException) -> str:

@@ -162,8 +162,8 @@ def _drive(
     started_ray = not ray.is_initialized() and (plan is None or bool(plan.split.train))
     storage = cluster.storage_path(storage, out_dir)
     connect = started_ray and address
-    if connect and not preflight.connect_cluster(address, storage, shared=storage_shared):
-        return 2
+    if connect and (code := preflight.connect_cluster(address, storage, shared=storage_shared)):
+        return code
     local_ray = started_ray and not address
     continuing = resume or extend
     placement = placing.place_sweep(
@@ -295,8 +295,10 @@ def _start(
                     _init_ray(spec.sweep.max_concurrent if slots else None)
         finally:
             # A Ctrl-C while Ray starts still leaves the parent run made and known, so that the
-            # stop can end it and print the --resume that starts the trials under it.
-            with ctrl_c_ignored():
+            # stop can end it and print the --resume that starts the trials under it; one
+            # pressed while MLflow makes it is raised once it is made (ignored, it was lost:
+            # on a cluster, where nothing else takes those seconds, the sweep ran to exit 0).
+            with ctrl_c_deferred("stopping once the sweep's MLflow run is made ..."):
                 futures.wait([parent])
         parent.result()
 

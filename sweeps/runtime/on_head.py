@@ -114,8 +114,8 @@ def run_through_client(drive: Callable[..., int], run: dict[str, Any]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     storage = cluster.storage_path(run["storage"], run["out_dir"])
-    if not preflight.connect_cluster(run["address"], storage, shared=run["storage_shared"]):
-        return 2
+    if code := preflight.connect_cluster(run["address"], storage, shared=run["storage_shared"]):
+        return code
     try:
         return run_on_head(drive, run, tty=sys.stderr.isatty())
     finally:

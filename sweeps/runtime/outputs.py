@@ -169,7 +169,11 @@ def stopped_at_start(spec: SweepSpec, tracker, resume_lines: list[str]) -> int:
     starts the trials under it is printed (``--resume`` of a sweep Tune never saved starts
     them afresh: ``sweeps.runtime.resume``); exit code 130."""
     if tracker is None or tracker.parent_run_id is None:
-        print(f"sweep {spec.name}: stopped (Ctrl-C) before it started", file=sys.stderr)
+        print(
+            f"sweep {spec.name}: stopped (Ctrl-C) before it started; nothing was made: the same "
+            "command starts it",
+            file=sys.stderr,
+        )
         return 130
     tracker.finish_parent("KILLED")
     tracker.outbox.close()

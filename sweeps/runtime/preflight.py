@@ -11,6 +11,7 @@ from pathlib import Path
 
 from arith.cli import one_line
 from sweeps.analysis.store import masked, sqlite_file
+from sweeps.runtime.interrupt import ctrl_c_deferred
 from sweeps.runtime.state import SweepError
 from sweeps.spec.sweep_spec import SweepSpec
 
@@ -130,24 +131,35 @@ def check_output_folder(out_dir: Path) -> None:
         raise SweepError(f"--out: cannot write {out_dir}: {existing} is not writable")
 
 
-def connect_cluster(address: str, storage: str, *, shared: bool) -> bool:
-    """Connect to the Ray cluster at ``address`` and check that its nodes reach ``storage``;
-    False, the error printed and the cluster disconnected, when it cannot run the sweep."""
+def connect_cluster(address: str, storage: str, *, shared: bool) -> int | None:
+    """Connect to the Ray cluster at ``address`` and check that its nodes reach ``storage``:
+    None, connected; else the exit code, the cluster disconnected and the reason printed (2:
+    it cannot run the sweep; 130: Ctrl-C, nothing started)."""
     import ray
 
     from sweeps.cluster import connection as cluster
 
     print(f"connecting to the Ray cluster at {address} ...", file=sys.stderr, flush=True)
     # Before MLflow records anything, and before the Tuner (through Ray Client, Tune
-    # builds it on the head): a cluster that cannot run this sweep is one line.
+    # builds it on the head): a cluster that cannot run this sweep is one line. A Ctrl-C
+    # meanwhile stops the command once Ray's calls return.
     try:
-        cluster.connect(address)
-        cluster.check_storage(storage, shared=shared)
+        with ctrl_c_deferred("stopping once connected to the cluster ..."):
+            cluster.connect(address)
+            cluster.check_storage(storage, shared=shared)
     except cluster.ClusterError as err:
         ray.shutdown()
         print(f"error: {err}", file=sys.stderr)
-        return False
-    return True
+        return 2
+    except KeyboardInterrupt:
+        ray.shutdown()  # disconnects; the cluster stays
+        print(
+            f"stopped (Ctrl-C) while connecting to the Ray cluster at {address}: nothing was "
+            "started; the same command starts the sweep",
+            file=sys.stderr,
+        )
+        return 130
+    return None
 
 
 def refusals() -> tuple[type[Exception], ...]:
