@@ -177,10 +177,23 @@ def run_module(module: str, *args: str, env: dict, cwd: Path, timeout: int = 240
 
 @functools.cache
 def has_token_auth() -> bool:
-    """Whether this Ray has token authentication, by its CLI (2.60 has; 2.50, the oldest the
-    project supports, has none: its default head asks for no token)."""
+    """Whether this Ray has token authentication, by its CLI (2.60 has; a Ray without it: its
+    default head asks for no token)."""
     found = subprocess.run([str(BIN / "ray"), "get-auth-token", "--help"], capture_output=True)
     return found.returncode == 0
+
+
+def asks_for_token(head: LocalCluster) -> bool:
+    """Whether the head's job API refuses a request without a token: a default head does on
+    Ray 2.60 where the token file exists; on 2.55.1, which has the CLI, it did not."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"{head.dashboard}/api/version", timeout=10)
+    except urllib.error.HTTPError as err:
+        return err.code in (401, 403)
+    return False
 
 
 def start_default_head(tmp: Path) -> LocalCluster:

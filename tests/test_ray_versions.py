@@ -41,7 +41,7 @@ def test_the_installed_ray_is_supported():
     assert tunefix.unsupported_ray() is None
 
 
-@pytest.mark.parametrize("version", ["2.49.0", "2.61.0", "3.0.0", "2.50.0rc1", "nightly"])
+@pytest.mark.parametrize("version", ["2.54.1", "2.61.0", "3.0.0", "2.55.0rc1", "nightly"])
 def test_an_unsupported_ray_is_one_line_before_anything_starts(tmp_path, monkeypatch, version):
     """The one stand-in here: a third Ray cannot be installed in the test, so the installed
     one's version string is changed."""
@@ -51,7 +51,7 @@ def test_an_unsupported_ray_is_one_line_before_anything_starts(tmp_path, monkeyp
     assert code == 2
     assert err.startswith(
         f"error: ray {version} is installed, but arith-sweeps supports ray{tunefix.RAY_RANGE} "
-        "(tested: 2.50 and 2.60); install one with pip install "
+        "(tested: 2.55 and 2.60); install one with pip install "
     ), err
     assert len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()

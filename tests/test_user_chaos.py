@@ -51,6 +51,7 @@ from sweep_procs import (
 )
 
 from sweeps.analysis.collect import render_tables
+from sweeps.cluster import tunefix
 from sweeps.spec.sweep_spec import load_spec
 
 pytestmark = pytest.mark.slow
@@ -69,7 +70,7 @@ def commit_seed() -> int:
 # 1 per Ray in CI (about 50 s each on 2 cores: the whole CI run must stay under 45 minutes).
 RUNS = int(os.environ.get("CHAOS_RUNS", "1"))
 # The newest Ray runs the commit's seeds, the oldest the block 1000 after: 2 x RUNS in all.
-NEWEST = not ray.__version__.startswith("2.50")
+NEWEST = not ray.__version__.startswith(f"{tunefix.RAY_TESTED[0]}.")
 FIRST_SEED = commit_seed() + (0 if NEWEST else 1000)
 SEEDS = (
     [int(s) for s in os.environ["CHAOS_SEEDS"].split(",")]

@@ -45,8 +45,10 @@ from sweeps.analysis.store import write_atomic
 
 # The Ray versions this project supports: pyproject.toml and docs/clusters.md say the same
 # (tests/test_ray_versions.py checks), and CI runs the fault tests on both ends.
-RAY_RANGE = ">=2.50,<2.61"
-RAY_TESTED = ("2.50", "2.60")
+# The floor: Ray before 2.55 deleted a submitted job's working dir under its driver when the
+# driver connected (the job's own code then failed to import; docs/clusters.md, Ray versions).
+RAY_RANGE = ">=2.55,<2.61"
+RAY_TESTED = ("2.55", "2.60")
 # What this module relies on (see its docstring): (module, class, attribute), checked at import.
 _NEEDED = [
     ("ray.train._internal.storage", "StorageContext", "experiment_driver_staging_path"),

@@ -306,9 +306,9 @@ def _start(
 # Warnings silenced, each by its message, once read and judged harmless. Nothing else is: a
 # DeprecationWarning or FutureWarning is how a coming change of Ray or MLflow shows.
 QUIET_WARNINGS = [
-    # Ray 2.50's ray.init: a later Ray will stop hiding GPUs from trials that reserve none. Until
-    # then (sweeps.cluster.tunefix.RAY_RANGE) it hides them, as sweeps need: a trial with
-    # sweep.resources.gpu 0 and train.device auto must not take a GPU it did not reserve.
+    # Ray's ray.init (2.55 to 2.60): a later Ray will stop hiding GPUs from trials that reserve
+    # none. Until then (sweeps.cluster.tunefix.RAY_RANGE) it hides them, as sweeps need: a trial
+    # with sweep.resources.gpu 0 and train.device auto must not take a GPU it did not reserve.
     (FutureWarning, r"Tip: In future versions of Ray, Ray will no longer override accelerator"),
 ]
 
