@@ -85,14 +85,6 @@ def cluster_answer(address: str):
     return grpc.StatusCode.OK
 
 
-def cluster_wants_token(address: str) -> bool:
-    """Whether the cluster at ``address`` refuses a call without a token (``cluster_answer``);
-    anything unreachable: False (the caller's own error says so)."""
-    import grpc
-
-    return cluster_answer(address) == grpc.StatusCode.UNAUTHENTICATED
-
-
 def use_token(field: str, address: str, wanted: bool) -> None:
     """Send the token from now on (this process and its children) when the cluster wants one
     and the mode is not set; ConfigError (one line) when none is at hand."""

@@ -119,7 +119,7 @@ def ctrl_c_deferred(on_first: str = "stopping once Ray has started ..."):
     """A Ctrl-C pressed during the block (Ray's start-up, or the connection to a cluster) is
     raised as KeyboardInterrupt once the block is done, not inside it: raised within
     ``ray.init`` it was lost or left the process hanging (a press 4 s into Ray's start ran the
-    whole sweep, exit 0; so did a press 1.5 s into connecting to a cluster)."""
+    whole sweep, exit 0)."""
     with ctrl_c_counted(on_first) as presses:
         yield
     if presses:
