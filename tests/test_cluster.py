@@ -30,7 +30,7 @@ from ray_cluster import (
     run_module,
     start_default_head,
 )
-from sweep_procs import children, error_lines, wait_until
+from sweep_procs import children, ctrl_c, error_lines, start_sweep, wait_until
 
 # Short trials keep the cluster tests short, one trial per node at a time; SPREAD makes them
 # long enough (a few seconds) that a second worker starts before the first has run them all.
@@ -146,29 +146,32 @@ def test_the_other_port_of_a_cluster_is_one_line_naming_the_right_one(cluster, t
         assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
 
 
-def test_ctrl_c_while_connecting_to_a_cluster_is_one_line_and_makes_nothing(cluster, tmp_path):
-    """A Ctrl-C while the driver connects: Ray's calls run to their end (raised inside them, a
-    press was lost), then exit 130 with a line saying nothing was made."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**cluster.env, "PYTHONPATH": str(ROOT)}
-    args = [sys.executable, "-m", "sweeps.run", str(SMOKE), *SMALL, "--address", cluster.address]
-    args += ["--storage", str(tmp_path / "storage"), "--storage-shared"]
-    args += ["--out", str(tmp_path / "out"), "--tracking-uri", uri]
-    with (tmp_path / "run.err").open("w") as err_file:
-        proc = subprocess.Popen(
-            args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err_file,
-            start_new_session=True,
-        )  # fmt: skip
+def _ctrl_c_on_the_cluster(cluster, tmp_path, uri: str, line: str, after_s: float) -> str:
+    """A smoke sweep on ``cluster`` (shared storage), Ctrl-C'd ``after_s`` after the driver
+    printed ``line``: it must exit 130 without a traceback; its stderr."""
+    flags = (*SMALL, "--address", cluster.address, "--storage", str(tmp_path / "storage"))
+    proc = start_sweep(
+        tmp_path, uri, [], flags=(*flags, "--storage-shared"), new_session=True, env=cluster.env
+    )
     try:
-        connecting = lambda: "connecting to the Ray" in (tmp_path / "run.err").read_text()  # noqa: E731
-        assert wait_until(connecting, 120, proc, every_s=0.02), (tmp_path / "run.err").read_text()
-        os.killpg(proc.pid, 2)  # Ctrl-C at the terminal
+        printed = lambda: line in (tmp_path / "run.err").read_text()  # noqa: E731
+        assert wait_until(printed, 120, proc, every_s=0.02), (tmp_path / "run.err").read_text()
+        time.sleep(after_s)
+        ctrl_c(proc)
         assert proc.wait(timeout=120) == 130, (tmp_path / "run.err").read_text()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
     err = (tmp_path / "run.err").read_text()
     assert "Traceback" not in err, err[-3000:]
+    return err
+
+
+def test_ctrl_c_while_connecting_to_a_cluster_is_one_line_and_makes_nothing(cluster, tmp_path):
+    """A Ctrl-C while the driver connects: Ray's calls run to their end (raised inside them, a
+    press was lost), then exit 130 with a line saying nothing was made."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    err = _ctrl_c_on_the_cluster(cluster, tmp_path, uri, "connecting to the Ray", after_s=0)
     assert "while connecting to the Ray cluster" in err and "nothing was started" in err, err
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
 
@@ -180,34 +183,15 @@ def test_ctrl_c_once_connected_to_a_cluster_stops_and_the_printed_command_finish
     run): exit 130 and a printed command that runs the sweep to its end. Ctrl-C was ignored
     there, and the sweep ran on to exit 0 (presses 0.3 to 2.5 s after connecting, 2026-11-28)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**cluster.env, "PYTHONPATH": str(ROOT)}
-    args = [sys.executable, "-m", "sweeps.run", str(SMOKE), *SMALL, "--address", cluster.address]
-    args += ["--storage", str(tmp_path / "storage"), "--storage-shared"]
-    args += ["--out", str(tmp_path / "out"), "--tracking-uri", uri]
-    with (tmp_path / "run.err").open("w") as err_file:
-        proc = subprocess.Popen(
-            args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err_file,
-            start_new_session=True,
-        )  # fmt: skip
-    try:
-        # The press 0.5 s after the placement line, which the driver prints once connected:
-        # here MLflow was then making the parent run (presses at 0.3 and 0.8 s on 2026-11-28).
-        placed = lambda: "placement:" in (tmp_path / "run.err").read_text()  # noqa: E731
-        assert wait_until(placed, 120, proc, every_s=0.05), (tmp_path / "run.err").read_text()
-        time.sleep(0.5)
-        os.killpg(proc.pid, 2)  # Ctrl-C at the terminal
-        assert proc.wait(timeout=120) == 130, (tmp_path / "run.err").read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    err = (tmp_path / "run.err").read_text()
-    assert "Traceback" not in err, err[-3000:]
+    # The press 0.5 s after the placement line, which the driver prints once connected: here
+    # MLflow was then making the parent run (presses at 0.3 and 0.8 s on 2026-11-28).
+    err = _ctrl_c_on_the_cluster(cluster, tmp_path, uri, "placement:", after_s=0.5)
     command = err.strip().splitlines()[-1].strip()
     assert command.startswith("python -m sweeps.run ") and command.endswith("--resume"), err
     assert f"--address {cluster.address}" in command
     resumed = subprocess.run(
-        ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
-        timeout=300,
+        ["bash", "-c", command], cwd=tmp_path, env={**cluster.env, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     parents, runs = children(uri, "smoke")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 
 import pytest
@@ -16,8 +15,10 @@ from ray_cluster import ROOT, SMOKE, asks_for_token, run_module, start_default_h
 from sweep_procs import (
     assert_no_duplicate_steps,
     children,
+    ctrl_c,
     metric_steps,
     result_lines,
+    start_sweep,
     wait_until,
 )
 
@@ -66,18 +67,15 @@ def test_ctrl_c_through_ray_client_then_the_printed_command_finishes(head, tmp_p
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = tmp_path / "out"
     env = {**head.env, "PYTHONPATH": str(ROOT), "TUNE_GLOBAL_CHECKPOINT_S": "0.1"}
-    args = [sys.executable, "-m", "sweeps.run", str(SMOKE), "--set", "base.train.max_steps=200"]
-    args += ["--address", head.client, "--out", str(out), "--tracking-uri", uri]
-    with (tmp_path / "run.err").open("w") as err_file:
-        proc = subprocess.Popen(
-            args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err_file,
-            start_new_session=True,
-        )  # fmt: skip
+    flags = ("--address", head.client)
+    proc = start_sweep(
+        tmp_path, uri, ["base.train.max_steps=200"], flags=flags, new_session=True, env=head.env
+    )
     try:
         experiment = out / "smoke" / "ray" / "smoke"
         reported = lambda: any(len(lines) >= 2 for lines in result_lines(experiment).values())  # noqa: E731
         assert wait_until(reported, 240, proc), (tmp_path / "run.err").read_text()[-3000:]
-        os.killpg(proc.pid, 2)  # Ctrl-C at the terminal
+        ctrl_c(proc)
         assert proc.wait(timeout=180) == 130, (tmp_path / "run.err").read_text()[-3000:]
     finally:
         if proc.poll() is None:
