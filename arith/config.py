@@ -22,10 +22,10 @@ from arith import dataconf
 from arith.data import length_grid, length_probe
 from arith.data.dataset import DataConfig
 from arith.errors import ConfigError, require
-from arith.model.gpt import ModelConfig
+from arith.model.modelconf import ModelConfig
 from arith.problems.tasks import TaskConfig
 from arith.text.formats import FormatConfig, check_abacus_table
-from arith.training.optim import OptimConfig
+from arith.training.optimconf import OptimConfig
 from arith.training.trainconf import TrainConfig
 
 

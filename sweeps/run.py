@@ -92,8 +92,9 @@ def mode_error(args: argparse.Namespace) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # Imported here, inside run_main: a Ctrl-C during these seconds of imports is one line.
-    from sweeps.runtime.driver import run_sweep
+    # Imported here, inside run_main: a Ctrl-C during these imports is one line. The spec is
+    # read and checked without torch, Ray or MLflow, so that a mistake in it is one line in about
+    # a second; the driver's imports (seconds) come after.
     from sweeps.spec.sweep_spec import load_spec
 
     try:
@@ -110,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out).resolve() / spec.name
     if args.dry_run:
         return _dry_run(spec, args, out_dir, uri)
+    from sweeps.runtime.driver import run_sweep
+
     return run_sweep(
         spec,
         out_dir,

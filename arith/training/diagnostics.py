@@ -30,6 +30,7 @@ from arith.data.dataset import Dataset
 from arith.problems import carries, tasks
 from arith.problems.tasks import Problems
 from arith.training.checkpoint import member_folder, save_atomic
+from arith.training.reported import SPLIT_PAIRS
 
 FILE = "diagnostics.pt"
 """In a run's (or pack member's) checkpoint folder: the data diagnostics and the snapshots."""
@@ -45,9 +46,6 @@ VALUE_BINS = 20
 USED_SAMPLE = 4096
 """Training problems encoded to find the tokens training writes (every operator and digit of a
 task turns up in far fewer)."""
-SPLIT_PAIRS = (("test", "val"),)
-"""Evaluation sets that are splits of one space and must share no problem: ``data/test/
-val_overlap``. (Every set's overlap with training is ``data/<set>/train_overlap``.)"""
 
 
 def data_diagnostics(dataset: Dataset, train: Problems) -> dict[str, Any]:

@@ -10,14 +10,7 @@ from typing import Any
 
 import torch
 
-PERF_METRICS = (
-    "perf/examples_per_s",
-    "perf/tokens_per_s",
-    "perf/pack_tokens_per_s",
-    "perf/mfu",
-    "perf/pack_mfu",
-)
-"""What ``Throughput.pop`` reports (the MFU pair only where the device's peak is known)."""
+from arith.training.reported import PERF_METRICS  # noqa: F401 -- callers' old address
 
 
 def pick_device(name: str) -> torch.device:

@@ -22,19 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from arith.data import length_grid, length_probe
 from arith.data.batches import BatchSource
-from arith.data.dataset import DATA_METRICS, Dataset, dataset_key
+from arith.data.dataset import Dataset, dataset_key
 from arith.data.recent import recent_dataset
 from arith.errors import ConfigError
-from arith.evaluation.evaluate import set_metric_names
 from arith.model import gpt as model_lib
-from arith.problems import tasks
 from arith.training import checkpoint as ckpt
 from arith.training.cost import n_params, planned_steps, step_cost
-from arith.training.diagnostics import SPLIT_PAIRS, RunDiagnostics
+from arith.training.diagnostics import RunDiagnostics
 from arith.training.hardware import (
-    PERF_METRICS,
     LossReadout,
     Throughput,
     autocast_for,
@@ -55,6 +51,7 @@ from arith.training.member_run import (
 from arith.training.optim import PackedAdamW
 from arith.training.packing import check_packable
 from arith.training.prefetch import BatchProducer
+from arith.training.reported import SUMMARY_KEYS, reported_metrics  # noqa: F401 -- callers' old address
 
 if TYPE_CHECKING:
     from arith.config import RunConfig
@@ -63,71 +60,10 @@ Report = Callable[[dict[str, Any]], None]
 PackReport = Callable[[int, dict[str, Any]], None]
 """``report(member, metrics)``: a pack's reports, each naming the member (0-based) it is about."""
 
-# What ``train`` returns besides the final metrics: sizes, costs and thresholds reached.
-SUMMARY_KEYS = (
-    "n_params",
-    "n_params_non_embedding",
-    "flops_per_token",
-    "steps",
-    "tokens",
-    "flops",
-    "wall_time_s",
-    "best/val/exact_match",
-    "train/steps_to_100pct",
-    "val/steps_to_threshold",
-    "final_weights_step",
-)
-
 ABACUS_OFFSET_SEED = 7
 """Added to ``train.seed`` for the generator of Abacus training offsets: a stream of their own,
 apart from the global one that initialises the weights and draws dropout masks (seeded with
 ``train.seed`` itself). Part of what a seed means: changing it changes every Abacus run."""
-
-
-def reported_metrics(config: RunConfig) -> set[str]:
-    """Names of the metrics ``train`` reports or returns for this config (to validate sweeps).
-
-    Each set's names come from ``arith.evaluation.evaluate.set_metric_names``, the rules the
-    evaluation itself follows; the sets are those ``arith.data.dataset.build_dataset`` adds.
-    """
-    names = {"step", "epoch", "lr", "train/loss", "train/exact_match", "train/token_accuracy"}
-    names |= {"time/elapsed_s", *PERF_METRICS}
-    names |= {key for key in SUMMARY_KEYS if not key.startswith("best/")}
-    names.add("best/" + config.train.monitor)
-    task, data = config.task, config.data
-    trained = range(1, task.n_digits + 1)
-    sets = {"val": trained, "test": trained}
-    for name, lo_hi in (("longer", data.longer_n_digits), ("longer_val", data.longer_val_n_digits)):
-        if lo_hi:
-            sets[name] = range(lo_hi[0], lo_hi[1] + 1)
-    if data.edge_cases and tasks.edge_cases(task) is not None:
-        sets["edge"] = trained
-    if data.carry_size:
-        sets["carry"] = trained
-    if data.cascade_problems(task):
-        sets["cascade"] = trained
-    if data.ood_spacing:
-        sets["ood"] = trained
-    if data.longer_n_digits:
-        names.add(length_grid.SUCCESS_KEY)
-    if data.length_grid_max:
-        names |= length_grid.metric_names(data.length_grid_max, data.length_grid_step)
-        names |= {f"data/length_grid/{key}" for key in DATA_METRICS}
-    if data.length_probe_max:
-        names |= length_probe.metric_names(task.n_digits, data.length_probe_max)
-    longest = data.longest_operand(task)
-    for name, lengths in sets.items():
-        keys = set_metric_names(
-            task,
-            config.format.name,
-            reference_differs=name == "ood",  # spaced prompts, answers expected as trained
-            lengths=lengths,
-            max_chain=longest,
-        )
-        names |= {f"{name}/{key}" for key in keys}
-        names |= {f"data/{name}/{key}" for key in DATA_METRICS}
-    names |= {f"data/{name}/{other}_overlap" for name, other in SPLIT_PAIRS}
-    return names
 
 
 def _compiled(model: model_lib.GPT, device: torch.device):

@@ -28,7 +28,7 @@ import yaml
 
 from arith import dataconf
 from arith.errors import ConfigError, require
-from arith.training.trainer import SUMMARY_KEYS
+from arith.training.reported import SUMMARY_KEYS
 from sweeps.spec.metrics import FINAL_NAMESPACES
 from sweeps.spec.settings import SweepSettings, check_settings
 from sweeps.spec.space import Derived, Dimension, parse_derived, parse_dimension
@@ -210,7 +210,7 @@ def _parse_tables(value: Any, paths: set[str]) -> tuple[Any, ...]:
 
 def _check_configs(spec: SweepSpec, points: list[dict[str, Any]]) -> set[str]:
     """Build the RunConfig of each validation point; return every metric name they report."""
-    from arith.training.trainer import reported_metrics
+    from arith.training.reported import reported_metrics
     from sweeps.spec.space import resolve_run_config
 
     metrics: set[str] = set()
