@@ -29,9 +29,10 @@ def test_the_declared_range_is_stated_alike_everywhere():
     assert f"ray{tunefix.RAY_RANGE}" in docs.replace("`", "")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     oldest, newest = tunefix.RAY_TESTED
-    # The oldest end in its own environment; the newest is what the range resolves to today.
+    # The newest is what the range resolves to today; the oldest then replaces it, Ray alone.
     assert re.search(rf'OLDEST_RAY="{re.escape(oldest)}\.\d+"', ci), ci
-    assert '.ci/install "ray[default,tune]==${OLDEST_RAY}"' in ci
+    assert "pip install --quiet 'ray[default,tune]==${OLDEST_RAY}' && python -m pip check" in ci
+    assert ci.index("==${OLDEST_RAY}") < ci.index("pytest -q -m faults")
     assert 'pip install --quiet -e ".[dev]" "$@"' in (ROOT / ".ci" / "install").read_text()
     assert ray.__version__.startswith(f"{oldest}.") or ray.__version__.startswith(f"{newest}.")
 
