@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arith.model.attention import attention, causal_mask, softmax_fp32
+from arith.model.attention import attention, causal_mask
 from arith.model.gpt import GPT, CausalSelfAttention, ModelConfig
+from arith.model.kernels import softmax_fp32
 from arith.model.kv_cache import KVCache
 from arith.model.members import member_dropout
 from arith.model.positions import abacus_index, clipped_differences, digit_run_index

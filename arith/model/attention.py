@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from arith.model import kernels
 from arith.model.members import member_dropout
 
 
@@ -38,18 +39,15 @@ def attention(
         bias = bias.masked_fill(~causal_mask(T, t_past, q.device), float("-inf")).to(q.dtype)
     # The explicit matmuls where the fused kernel does not serve: it returns no weights (the
     # relative values read them), it takes one dropout rate (a pack's members may differ), and
-    # on CPU it is slower than plain matmuls under bf16 autocast, and in fp32 where rows are
-    # shorter than 16 keys, which softmax_fp32 pads (measured in docs/notes/kernels.md).
-    cpu_explicit = q.device.type == "cpu" and (
-        torch.is_autocast_enabled("cpu") or S < CPU_SHORT_ROW
-    )
-    if relative_values is not None or len(set(rates)) > 1 or cpu_explicit:
+    # where it is slower (arith.model.kernels: on CPU, measured in docs/notes/kernels.md).
+    explicit = relative_values is not None or len(set(rates)) > 1
+    if explicit or kernels.explicit_attention_pays(q, S):
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, nh, T, S)
         if bias is None:
             scores = scores.masked_fill(~causal_mask(T, t_past, q.device), float("-inf"))
         else:
             scores = scores + bias
-        weights = softmax_fp32(scores).to(scores.dtype)
+        weights = kernels.softmax_fp32(scores).to(scores.dtype)
         weights = member_dropout(weights, rates, training=True)
         y = weights @ v
         return y if relative_values is None else y + relative_values(weights)
@@ -63,24 +61,6 @@ def attention(
     # several new tokens after a cached prefix: the causal mask shifted by the prefix
     mask = causal_mask(T, t_past, q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=rates[0])
-
-
-CPU_SHORT_ROW = 16
-"""Rows shorter than this take ATen's scalar softmax on CPU, not its vectorised one."""
-
-
-def softmax_fp32(scores: Tensor) -> Tensor:
-    """Softmax over the last dimension, computed in fp32 as CUDA's autocast does: on CPU the
-    bf16 kernel is ~3x slower than converting there and back, and less exact.
-
-    On CPU a row of fewer than 16 keys (seed 002's base-100 sums have 8 or 9 tokens) costs
-    5-9x a 16-key row (docs/notes/kernels.md), so short rows are padded to 16 with -inf keys,
-    which get weight 0: the same weights but for the last bit of an exp."""
-    n_keys = scores.shape[-1]
-    if scores.device.type != "cpu" or n_keys >= CPU_SHORT_ROW:
-        return scores.softmax(dim=-1, dtype=torch.float32)
-    padded = F.pad(scores.float(), (0, CPU_SHORT_ROW - n_keys), value=float("-inf"))
-    return padded.softmax(dim=-1)[..., :n_keys]
 
 
 def causal_mask(T: int, t_past: int, device: torch.device) -> Tensor:

@@ -9,9 +9,13 @@ nn.LayerNorm, F.dropout), and the model built from them reads as a plain transfo
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from arith.model import kernels
 
 
 class MemberLinear(nn.Module):
@@ -44,11 +48,7 @@ class MemberEmbedding(nn.Module):
         if members > 1:  # each member's tokens look up its own table
             shift = torch.arange(members, device=idx.device) * n_embeddings
             idx = idx + shift.view(members, *([1] * (idx.dim() - 1)))
-        if idx.device.type != "cpu":  # embedding's backward: deterministic on CUDA
-            return F.embedding(idx, table)
-        # on CPU the gradient by index_select's backward (index_add_) costs a third of
-        # embedding's, the same sums in the same order (docs/notes/kernels.md)
-        return table.index_select(0, idx.flatten()).view(*idx.shape, d)
+        return kernels.embedding(table, idx)
 
 
 class MemberLayerNorm(nn.Module):
@@ -83,7 +83,13 @@ def member_dropout(x: Tensor, rates: tuple[float, ...], training: bool) -> Tenso
         return x
     if len(set(rates)) == 1:
         return F.dropout(x, rates[0], True)
-    M = len(rates)
-    keep = 1.0 - torch.tensor(rates, device=x.device, dtype=x.dtype)
-    keep = keep.repeat_interleave(x.shape[0] // M).view(-1, *[1] * (x.dim() - 1))
+    keep = _keep_probabilities(rates, x.device, x.dtype)
+    keep = keep.repeat_interleave(x.shape[0] // len(rates)).view(-1, *[1] * (x.dim() - 1))
     return x * torch.bernoulli(keep.expand_as(x)) / keep
+
+
+@functools.cache
+def _keep_probabilities(rates: tuple[float, ...], device: torch.device, dtype) -> Tensor:
+    """1 - rates on the device, made once: built from the tuple at every dropout site of every
+    forward, it was a blocking copy from the host each time on a GPU."""
+    return 1.0 - torch.tensor(rates, device=device, dtype=dtype)
