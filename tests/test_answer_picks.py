@@ -41,7 +41,7 @@ def test_loss_on_picked_logits_equals_the_masked_loss_on_every_token():
     every, _ = pack(idx)  # (B, T, vocab)
     full = member_loss_sums(every, flat_targets, flat_mask)
     picks = answer_picks(flat_mask)
-    picked, _ = pack(idx, picks=picks)  # (M, n, vocab)
+    picked = pack.picked_logits(idx, picks)  # (M, n, vocab)
     assert picked.shape == (M, picks.shape[1], 16)
     sums = member_loss_sums(picked, flat_targets.gather(1, picks), flat_mask.gather(1, picks))
     torch.testing.assert_close(sums, full)

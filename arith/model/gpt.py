@@ -228,15 +228,30 @@ class GPT(nn.Module):
         cache: KVCache | None = None,
         abacus_offset: Tensor | None = None,
         reserve: int = 0,
-        picks: Tensor | None = None,
     ) -> tuple[Tensor, KVCache]:
-        """Logits (B, T, vocab) for tokens ``idx`` (B, T) following the cached prefix, if any;
-        with ``picks`` (M, n), each member's at those of its b * T tokens only, (M, n, vocab).
+        """Logits (B, T, vocab) for tokens ``idx`` (B, T) following the cached prefix, if any.
 
         With several members, rows ``i*B/M .. (i+1)*B/M`` belong to member ``i``.
         ``abacus_offset`` (B,) shifts digit indices during training; evaluation passes ``None``.
         ``reserve`` preallocates cache room for that many tokens after ``idx`` (decoding).
         """
+        B, T = idx.shape
+        x, cache = self._last_hidden(idx, cache, abacus_offset, reserve)
+        return self._head(x).view(B, T, self.vocab_size), cache
+
+    def picked_logits(
+        self, idx: Tensor, picks: Tensor, abacus_offset: Tensor | None = None
+    ) -> Tensor:
+        """Training's logits at the tokens its loss keeps (the answer's): ``picks`` (M, n)
+        indexes each member's b * T tokens of ``idx`` (B, T) -> (M, n, vocab). The head's
+        matmul, the largest of a small model, runs for those tokens only."""
+        x, _ = self._last_hidden(idx, None, abacus_offset, 0)
+        return self._head(x.gather(1, picks[..., None].expand(-1, -1, x.shape[-1])))
+
+    def _last_hidden(
+        self, idx: Tensor, cache: KVCache | None, abacus_offset: Tensor | None, reserve: int
+    ) -> tuple[Tensor, KVCache]:
+        """The last block's output, (M, b * T, C), and the cache it extended."""
         B, T = idx.shape
         M = self.members
         cache = cache if cache is not None else KVCache(reserve=reserve)
@@ -249,13 +264,13 @@ class GPT(nn.Module):
                 x = x + embedded
             x = block(x, rope, cache, layer, self.dropout_rates, differences)
         cache.length += T
-        x = x.flatten(1, 2)  # (M, b * T, C)
-        if picks is not None:  # training: the tokens the loss keeps (the answer's)
-            x = x.gather(1, picks[..., None].expand(-1, -1, x.shape[-1]))
+        return x.flatten(1, 2), cache
+
+    def _head(self, x: Tensor) -> Tensor:
+        """(M, n, C) -> logits (M, n, vocab): the final LayerNorm and the output projection."""
         x = self.ln_f(x)
         head = self.wte.weight if self.lm_head is None else self.lm_head.weight  # (M, vocab, C)
-        logits = torch.bmm(x, head.transpose(1, 2))  # (M, b * T or n, vocab)
-        return (logits if picks is not None else logits.view(B, T, self.vocab_size)), cache
+        return torch.bmm(x, head.transpose(1, 2))
 
     def _positions(self, x: Tensor, idx: Tensor, cache: KVCache, abacus_offset: Tensor | None):
         """The position signal of ``model.position`` (arith.model.positions), worked out only for

@@ -178,7 +178,10 @@ def train_pack(
             loss_sums = torch.zeros(len(members), device=device)
             for inputs, picks, targets, weights, offset in batch.parts:
                 with autocast:
-                    logits, _ = forward(inputs, abacus_offset=offset, picks=picks)
+                    if picks is None:  # compiled: every token's, (B, T, vocab)
+                        logits, _ = forward(inputs, abacus_offset=offset)
+                    else:  # the answer's tokens only, (M, n, vocab)
+                        logits = model.picked_logits(inputs, picks, abacus_offset=offset)
                 sums = member_loss_sums(logits, targets, weights)
                 loss_sums = loss_sums + sums.detach()
                 # the members share no parameter: each gets its own gradient
