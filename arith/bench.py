@@ -40,8 +40,9 @@ from arith.data.batches import BatchSource
 from arith.data.dataset import build_dataset
 from arith.evaluation.evaluate import greedy_decode, predict_answers
 from arith.training.cost import step_cost
-from arith.training.hardware import pick_device, synchronize
+from arith.training.device import pick_device
 from arith.training.trainer import build_model, train
+from arith.training.transfers import synchronize
 
 # The ~1M-parameter reference: seed 000's 4 layers x 128 on 4-digit plain addition.
 ADDITION_K4 = ["task.name=addition", "task.n_digits=4", "task.operand_lengths=fixed"]

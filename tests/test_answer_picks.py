@@ -7,7 +7,7 @@ import torch
 
 from arith.model.gpt import GPT, ModelConfig
 from arith.training.loss import member_loss_sums
-from arith.training.prefetch import answer_picks
+from arith.training.step_batch import answer_picks
 
 
 def test_picks_are_each_members_kept_tokens_in_order_padded_with_dropped_ones():

@@ -15,7 +15,7 @@ from arith import bench
 from arith import config as config_lib
 from arith.bench_report import markdown_table
 from arith.training.cost import step_cost
-from arith.training.hardware import gpu_peak_flops
+from arith.training.throughput import gpu_peak_flops
 
 NUMBER = re.compile(r"^[\d,]+(\.\d+)?(e[+-]?\d+)?$")
 

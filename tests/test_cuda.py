@@ -1,7 +1,8 @@
 """The CUDA path, checked on a GPU only (``python -m sweeps.bench --gpu`` runs these with
 ``-m cuda``): bf16 logits against fp32, a pack against its members alone, cached decoding, a
-resumed run. Every test skips where torch sees no CUDA device; none has run on this project's
-CPU-only machine."""
+resumed run, a compiled run (CUDA graphs, or length buckets) against the eager one. Every test
+skips where torch sees no CUDA device; those added on 2026-11-26 passed on an H200 (docs/gpu.md),
+the compiled runs' have not run yet."""
 
 from __future__ import annotations
 
@@ -95,3 +96,23 @@ def test_a_resumed_run_continues_where_it_stopped(tmp_path):
     full = train(config, keep_step_4, checkpoint_dir=tmp_path / "full")
     resumed = train(config, checkpoint_dir=tmp_path / "resumed", resume_from=copied)
     assert resumed["train/loss"] == pytest.approx(full["train/loss"], rel=1e-3, abs=1e-4)
+
+
+@pytest.mark.parametrize("buckets", [1, 2], ids=["graphed", "buckets, compiled without graphs"])
+def test_a_compiled_run_trains_as_the_eager_one(buckets):
+    # train.compile on CUDA: CUDA graphs over one padded length (buckets 1), or compiled without
+    # graphs where each bucket's backward adds into .grad (arith.training.trainer.compile_mode):
+    # the curves of the eager run, to fp32's rounding under a different kernel order
+    from arith.training.trainer import train
+
+    curves = []
+    for compiled in ("false", "true"):
+        reports: list[dict] = []
+        sets = ("train.precision=fp32", f"train.length_buckets={buckets}")
+        train(_config(*sets, f"train.compile={compiled}"), reports.append)
+        curves.append([(r["step"], r["train/loss"], r.get("val/loss")) for r in reports])
+    (eager, graphed) = curves
+    assert [s for s, *_ in graphed] == [s for s, *_ in eager]
+    for (_, a, va), (_, b, vb) in zip(eager, graphed, strict=True):
+        assert b == pytest.approx(a, rel=1e-4, abs=1e-5)
+        assert (va is None) == (vb is None) and (va is None or vb == pytest.approx(va, rel=1e-4))

@@ -13,9 +13,9 @@ from mlflow import MlflowClient
 from sweep_procs import FakeTrial
 
 from arith import config as config_lib
-from arith.training import hardware
+from arith.training import device as hardware
 from arith.training.cost import describe
-from arith.training.hardware import HARDWARE_KEYS, hardware_record, resolved_precision
+from arith.training.device import HARDWARE_KEYS, hardware_record, resolved_precision
 from arith.training.trainer import train, train_pack
 from sweeps.runtime.trainable import summary_report
 from sweeps.spec.space import resolve_run_config

@@ -139,7 +139,7 @@ def test_length_buckets_give_the_same_training_with_fewer_pad_tokens(n_members):
 
 
 def test_length_buckets_cover_every_row_once_in_the_packed_layout():
-    from arith.training.prefetch import length_buckets as _length_buckets
+    from arith.training.step_batch import length_buckets as _length_buckets
 
     ends = torch.tensor([3, 9, 5, 2, 8, 8, 1, 4])  # two members of four rows
     mask = torch.arange(10)[None, :] < ends[:, None]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from arith.training.hardware import host_to_device
+from arith.training.transfers import host_to_device
 
 
 class EmaGradFilter:

@@ -1,6 +1,6 @@
 """A packed step's loss: each member's cross-entropy over the tokens its loss mask keeps.
 
-The step's batch picks those tokens out on the host (``prefetch.answer_picks``), so the logits
+The step's batch picks those tokens out on the host (``step_batch.answer_picks``), so the logits
 arrive as (M, n, vocab) for n picked tokens per member, padded where a member keeps fewer (their
 weight is 0); a compiled step passes every token's, (B, T, vocab), with the whole mask.
 """

@@ -20,8 +20,8 @@ from arith.evaluation import length_probe
 from arith.evaluation.evaluate import evaluate_members, evaluate_set, exact_rows
 from arith.training import checkpoint as ckpt
 from arith.training.diagnostics import RunDiagnostics, overlap_metrics
-from arith.training.hardware import Throughput
 from arith.training.stopping import LoopState
+from arith.training.throughput import Throughput
 from arith.training.trainconf import TrainConfig
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from torch import nn
 from torch.optim.adamw import adamw
 
 from arith.training.grad_filter import EmaGradFilter
-from arith.training.hardware import host_to_device
 from arith.training.optimconf import OptimConfig, lr_factor
+from arith.training.transfers import host_to_device
 
 ABACUS_BIAS = "abacus_bias.table"
 """Name ending of the ``abacus_bias`` parameters (arith.model.positions.AbacusBias)."""

@@ -72,7 +72,7 @@ class TrainConfig:
     """Stop training after this many seconds (then evaluate and return)."""
     peak_flops: float | None = None
     """Device peak FLOP/s for ``perf/mfu``; ``None``: the peak of a GPU whose exact name
-    ``arith.training.hardware.GPU_PEAK_FLOPS`` lists (bf16 training only), else no MFU."""
+    ``arith.training.throughput.GPU_PEAK_FLOPS`` lists (bf16 training only), else no MFU."""
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "train.batch_size", f"must be >= 1, got {self.batch_size}")

@@ -7,13 +7,14 @@ progress bar) is called after every step with the training loss since the last e
 last read back, without waiting for the device), and at every evaluation with all its metrics.
 
 No training step makes the host wait for the device, so the host queues the next step while
-the device runs this one: the batches are built ahead on a thread of their own
-(``prefetch.py``), the losses stay on the device until an evaluation reads them, and the
+the device runs this one: the batches are shaped (``step_batch.py``) ahead on a thread of their
+own (``prefetch.py``), the losses stay on the device until an evaluation reads them, and the
 per-member settings a step needs go to the device without a wait (``optim.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -28,17 +29,10 @@ from arith.data.recent import recent_dataset
 from arith.errors import ConfigError
 from arith.model import gpt as model_lib
 from arith.training import checkpoint as ckpt
+from arith.training import step_batch
 from arith.training.cost import n_params, planned_steps, step_cost
+from arith.training.device import autocast_for, hardware_record, pick_device
 from arith.training.diagnostics import RunDiagnostics
-from arith.training.hardware import (
-    LossReadout,
-    Throughput,
-    autocast_for,
-    device_peak,
-    hardware_record,
-    pick_device,
-    synchronize,
-)
 from arith.training.loss import member_loss_sums
 from arith.training.member_run import (
     MemberRun,
@@ -52,6 +46,8 @@ from arith.training.optim import PackedAdamW
 from arith.training.packing import check_packable
 from arith.training.prefetch import BatchProducer
 from arith.training.reported import SUMMARY_KEYS, reported_metrics  # noqa: F401 -- callers' old address
+from arith.training.throughput import Throughput, device_peak
+from arith.training.transfers import LossReadout, synchronize
 
 if TYPE_CHECKING:
     from arith.config import RunConfig
@@ -66,10 +62,18 @@ apart from the global one that initialises the weights and draws dropout masks (
 ``train.seed`` itself). Part of what a seed means: changing it changes every Abacus run."""
 
 
-def _compiled(model: model_lib.GPT, device: torch.device):
-    """The training forward pass compiled; on CUDA as CUDA graphs (a small model's step is kernel
-    launches). Evaluation and checkpoints use ``model`` itself: nothing saved changes."""
-    return torch.compile(model, mode="reduce-overhead" if device.type == "cuda" else None)
+def compile_mode(device: torch.device, length_buckets: int) -> str | None:
+    """``torch.compile``'s mode for the training forward pass: CUDA graphs on CUDA (a small
+    model's step is kernel launches), but not with length buckets, whose backward passes each
+    add into ``.grad`` between two replays of a graph: upstream reports that as a crash
+    (pytorch #169545) or as the last micro-batch's gradients only (pytorch #96693)."""
+    return "reduce-overhead" if device.type == "cuda" and length_buckets == 1 else None
+
+
+def _compiled(model: model_lib.GPT, device: torch.device, length_buckets: int):
+    """The training forward pass compiled (``compile_mode``). Evaluation and checkpoints use
+    ``model`` itself: nothing saved changes."""
+    return torch.compile(model, mode=compile_mode(device, length_buckets))
 
 
 def build_model(config: RunConfig, dataset: Dataset) -> model_lib.GPT:
@@ -133,7 +137,7 @@ def train_pack(
     peak = first.peak_flops or device_peak(device, autocast)
     for member in members:
         member.meter.peak_flops = peak
-    forward = _compiled(model, device) if first.compile else model
+    forward = _compiled(model, device, first.length_buckets) if first.compile else model
     if resume_from is not None:
         _resume(resume_from, model, optimizer, members)
     elapsed_before = members[0].state.elapsed_before
@@ -145,10 +149,16 @@ def train_pack(
         m.loss_sum = running[i]
     readout, stepped = LossReadout(device), []
     model.train()
-    pick = not first.compile  # compiled: every token's logits (one shape for CUDA graphs)
+    # compiled: every token's logits, each batch padded to one length (one shape for CUDA graphs)
+    pick = not first.compile
+    fixed_length = None if pick or first.length_buckets > 1 else step_batch.step_length(members)
+    build = functools.partial(
+        step_batch.build_batch, members, first.length_buckets, device.type == "cuda", pick,
+        fixed_length,
+    )  # fmt: skip
     n = len(members)
     folders = [checkpoint_dir and ckpt.member_dir(checkpoint_dir, i, n) for i in range(n)]
-    with BatchProducer(members, first.length_buckets, device, pick) as batches:
+    with BatchProducer(build, step_batch.position(members), device) as batches:
         while True:
             # evaluate, checkpoint and report: each member on its own schedule
             due = [i for i, m in enumerate(members) if m.active and m.due(step)]
@@ -284,7 +294,7 @@ def _save(
     directory, configs, model, optimizer, members: list[MemberRun], position, step, elapsed
 ) -> None:
     """Checkpoint the pack after an evaluation, its batch sources at ``position`` (a
-    ``prefetch.Position``: where the loop's last batch left them); a member stopped before
+    ``step_batch.Position``: where the loop's last batch left them); a member stopped before
     ``step`` keeps its own last step."""
     for m in members:
         if m.active or m.state.step == step:

@@ -143,7 +143,7 @@ def tune_units(spec: SweepSpec) -> tuple[list[tuple[float, str]], str]:
     """Each Tune trial's (training FLOPs, precision) in Tune's order (a pack's: its members'
     FLOPs together), and the device they train on here (sampled axes at their first value)."""
     from arith.training.cost import describe
-    from arith.training.hardware import pick_device, resolved_precision
+    from arith.training.device import pick_device, resolved_precision
     from sweeps.runtime.tune_space import build_packs
     from sweeps.spec.space import resolve_run_config, tune_ordered_points
 

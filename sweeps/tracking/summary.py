@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from arith.training.hardware import HARDWARE_KEYS
+from arith.training.device import HARDWARE_KEYS
 from arith.training.reported import SUMMARY_KEYS
 from sweeps.tracking.outbox import Record
 from sweeps.tracking.state import REAL, STAND_IN, SUMMARY_TAG, TrialState
