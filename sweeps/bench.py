@@ -2,7 +2,7 @@
 ``python -m sweeps.bench --pack [--sweep] [--sizes 30k,100k,1m] [--packs 1,4,16]``: packing
 (``sweeps.bench_pack``);
 ``python -m sweeps.bench --flagship [--spec SPEC] [--from FOLDER] [--set K=V]``: the FLOP bound.
-``python -m sweeps.bench --gpu``: the GPU acceptance run (``sweeps.bench_gpu``).
+``python -m sweeps.bench --gpu [--report DIR]``: the GPU acceptance run (``sweeps.bench_gpu``).
 
 Runs the same N tiny trials twice: through the orchestrator (an embedded Ray, Tune with actor
 reuse, MLflow on SQLite, checkpoints at every report, the tables and plots at the end) and back
@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--gpu", action="store_true", help="the GPU acceptance run (one line without CUDA)"
     )
+    parser.add_argument(
+        "--report", metavar="DIR", help="--gpu: write report.md and figures.json into DIR"
+    )
     return parser
 
 
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu:
         from sweeps.bench_gpu import gpu_main
 
-        return gpu_main()
+        return gpu_main(None if args.report is None else Path(args.report))
     if args.flagship:
         return flagship_main(args)
     if args.pack:

@@ -1,106 +1,399 @@
-"""``python -m sweeps.bench --gpu``: the GPU acceptance run, at most about 10 minutes on one
-CUDA card, in three parts:
+"""``python -m sweeps.bench --gpu [--report DIR]``: the GPU acceptance run, at most about 8 minutes
+on one CUDA card, the Ray path first (it has never run on a GPU), then the kernels:
 
-1. the CUDA correctness tests (``pytest -m cuda`` on ``CUDA_TESTS``): bf16 logits against
-   fp32, a pack against its members trained alone, cached decoding, a resumed run, no
-   synchronising call inside a step (``torch.cuda.set_sync_debug_mode("error")``), the GPU's
-   hardware record;
-2. throughput at 100K, 1M and 10M parameters with 1, 16 and 64 members: trials per hour packed
-   against unpacked (``sweeps.bench_pack.run_pack_bench``, in the precision ``auto`` gives, bf16
-   where the card has it; the unpacked side timed on ``UNPACKED_SAMPLE`` of the members), and
-   each pack's MFU against the card's bf16 peak (``arith.training.hardware.gpu_peak_flops``;
-   from the estimated training FLOPs, so the evaluations count as time and not as work);
-3. the main job (``search_spaces/width_vs_depth.yaml``, its shipped ``gpu: auto``) through
-   ``python -m sweeps.run``, cut at the time left (``sweep.time_budget_s``).
+1. the main job (``search_spaces/width_vs_depth.yaml``, its shipped ``gpu: auto``) through
+   ``python -m sweeps.run``: Ray's placement, MLflow from a GPU trial, its table; the best trial
+   chosen on validation and its test figure, cut at ``MAIN_JOB_S`` (``sweep.time_budget_s``);
+2. one Ctrl-C and ``--resume`` on CUDA: the smoke sweep, longer, stopped once a trial has
+   reported, then resumed: exit 130 then 0, every trial finished once, on which device;
+3. the CUDA correctness tests (``pytest -m cuda`` on ``CUDA_TESTS``): bf16 against fp32, a pack
+   against its members alone, cached decoding, a resumed run, compiled against eager, no
+   synchronising call inside a step, the GPU's hardware record;
+4. steps per second of one trial, eager against compiled (``train.compile``: CUDA graphs over one
+   padded shape), at 100K, 1M and 10M parameters, from each run's last interval (after the
+   compile and the graphs' recording);
+5. packs of 1, 16 and 64 members at 100K and 1M: trials per hour packed against unpacked
+   (``sweeps.bench_pack.run_pack_bench``; the unpacked side timed on ``UNPACKED_SAMPLE`` of the
+   members) and each pack's MFU against the card's bf16 peak.
 
-Without CUDA it says so in one line and exits 0 (tests/test_gpu_bench.py). Its parts ran on an
-NVIDIA H200, without Ray and MLflow for part 3 (the machine had neither): docs/gpu.md."""
+A part that would not fit the time left is skipped and says so. ``--report DIR`` writes
+``report.md`` and ``figures.json`` (every figure above) there. Without CUDA it says so in one
+line and exits 0, writing nothing (tests/test_gpu_bench.py, which also rehearses the whole run on
+the CPU at tiny sizes: ``pytest -m soak tests/test_gpu_bench.py``). Figures: docs/gpu.md."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # The main job, as ``sweeps.bench.FLAGSHIP`` names it (not imported: sweeps.bench imports this).
 MAIN_JOB = ROOT / "search_spaces" / "width_vs_depth.yaml"
+SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 NO_CUDA = "no CUDA device: the GPU acceptance run needs one (torch.cuda.is_available() is False)"
-GPU_SIZES = ["100k", "1m", "10m"]
-GPU_PACKS = [1, 16, 64]
-# Steps per trial in the throughput part: enough to pass the first steps' warm-up, few enough
-# that 3 sizes x (1 + 16 + 64) trials, unpacked and packed, fit the run's 10 minutes.
-GPU_STEPS = 30
+CUDA_TESTS = [
+    "tests/test_cuda.py",
+    "tests/test_host_reads.py",
+    "tests/test_hardware_params.py",
+]
+GPU_STEPS = 30  # per packed trial: past the first steps' warm-up, and 2 x 81 trials fit
 # On an H200, 64 unpacked 10M trials took over 170 s alone; their rate from 8 of them.
 UNPACKED_SAMPLE = 8
-CUDA_TESTS = ["tests/test_cuda.py", "tests/test_host_reads.py", "tests/test_hardware_params.py"]
-TOTAL_S = 600.0
-MAIN_JOB_MIN_S = 60.0
 
 
-def gpu_main() -> int:
-    """The acceptance run (see the module docstring); 0 when every part passed, or without
-    CUDA (one line), else 1."""
+@dataclass(frozen=True)
+class Plan:
+    """What the run does, and on which device: ``GPU`` is the acceptance run; the tests rehearse
+    it on the CPU at tiny sizes (``REHEARSAL``)."""
+
+    device: str = "cuda"
+    total_s: float = 480.0
+    main_job: Path = MAIN_JOB
+    main_job_s: float = 90.0
+    main_job_sets: tuple[str, ...] = ()
+    # the smoke sweep, long enough on a GPU that a Ctrl-C lands mid-sweep
+    ctrl_c_sets: tuple[str, ...] = ("base.train.max_steps=600", "base.train.eval_every=100")
+    run_tests: bool = True
+    graph_sizes: tuple[str, ...] = ("100k", "1m", "10m")
+    graph_steps: int = 200
+    pack_sizes: tuple[str, ...] = ("100k", "1m")
+    packs: tuple[int, ...] = (1, 16, 64)
+    pack_steps: int = GPU_STEPS
+    unpacked_sample: int = UNPACKED_SAMPLE
+
+
+GPU = Plan()
+REHEARSAL = Plan(
+    device="cpu",
+    total_s=600.0,
+    main_job=SMOKE,
+    main_job_s=60.0,
+    ctrl_c_sets=("base.train.max_steps=200", "base.train.eval_every=20"),
+    run_tests=False,
+    graph_sizes=(),  # torch.compile on 2 CPU cores: ~40 s a size, and not what is measured
+    pack_sizes=("1k",),
+    packs=(1, 2),
+    pack_steps=4,
+    unpacked_sample=2,
+)
+
+
+@dataclass
+class Figures:
+    """Everything the run measured, as ``figures.json`` holds it."""
+
+    device: str = ""
+    torch: str = ""
+    started: str = ""
+    parts: dict[str, Any] = field(default_factory=dict)
+    total_s: float = 0.0
+
+
+def gpu_main(report_dir: Path | None = None, plan: Plan = GPU) -> int:
+    """The acceptance run (see the module docstring); 0 when every part that ran passed, or
+    without CUDA (one line), else 1."""
     import torch
 
-    if not torch.cuda.is_available():
+    if plan.device == "cuda" and not torch.cuda.is_available():
         print(NO_CUDA)
         return 0
     start = time.perf_counter()
-    name = torch.cuda.get_device_name()
+    name = torch.cuda.get_device_name() if plan.device == "cuda" else plan.device
+    figures = Figures(name, torch.__version__, time.strftime("%Y-%m-%d %H:%M:%S"))
     print(f"GPU acceptance run on {name}", flush=True)
-    tests_ok = run_cuda_tests()
-    throughput(name)
-    left = TOTAL_S - (time.perf_counter() - start)
-    main_ok = run_main_job(max(MAIN_JOB_MIN_S, left - 30))
-    print(f"total: {time.perf_counter() - start:.0f} s (target {TOTAL_S:.0f} s)")
-    return 0 if tests_ok and main_ok else 1
+    left = lambda: plan.total_s - (time.perf_counter() - start)  # noqa: E731
+    parts = [
+        ("main_job", plan.main_job_s + 60, lambda: run_main_job(plan)),
+        ("ctrl_c_resume", 120, lambda: ctrl_c_then_resume(plan)),
+        ("cuda_tests", 60, lambda: run_cuda_tests() if plan.run_tests else {"skipped": "CPU"}),
+        ("eager_vs_compiled", 60 * len(plan.graph_sizes), lambda: eager_vs_compiled(plan)),
+        ("packs", 90, lambda: packs(plan, name)),
+    ]
+    for number, (key, needs_s, run) in enumerate(parts, 1):
+        print(f"\n{number}. {key.replace('_', ' ')}", flush=True)
+        if left() < needs_s:
+            figures.parts[key] = {"skipped": f"{left():.0f} s left, ~{needs_s:.0f} s needed"}
+            print(f"skipped: {figures.parts[key]['skipped']}")
+            continue
+        figures.parts[key] = run()
+        if "skipped" in figures.parts[key]:
+            print(f"skipped: {figures.parts[key]['skipped']}")
+    figures.total_s = time.perf_counter() - start
+    print(f"\ntotal: {figures.total_s:.0f} s (target {plan.total_s:.0f} s)")
+    if report_dir is not None:
+        write_report(report_dir, figures)
+        print(f"report: {report_dir / 'report.md'}, figures: {report_dir / 'figures.json'}")
+    failed = [key for key, part in figures.parts.items() if part.get("ok") is False]
+    return 1 if failed else 0
 
 
-def run_cuda_tests() -> bool:
-    """Part 1: ``pytest -m cuda`` on ``CUDA_TESTS``; True when it passed."""
-    print(f"\n1. CUDA correctness (pytest -m cuda {' '.join(CUDA_TESTS)})", flush=True)
+def run_main_job(plan: Plan) -> dict[str, Any]:
+    """Part 1: the main job through ``sweeps.run`` with its shipped ``gpu: auto``, cut at
+    ``plan.main_job_s``: its exit code, time, and the best trial chosen on validation."""
+    with tempfile.TemporaryDirectory(prefix="sweeps-gpu-") as tmp:
+        sets = [*plan.main_job_sets, f"sweep.time_budget_s={plan.main_job_s:.0f}"]
+        code, seconds, _ = _sweep(plan.main_job, Path(tmp), sets)
+        out = {"ok": code == 0, "exit_code": code, "seconds": round(seconds, 1)}
+        out.update(_trials_figures(plan.main_job, Path(tmp)))
+    print(f"main job: exit code {code}, {seconds:.0f} s; {_brief(out)}")
+    return out
+
+
+def ctrl_c_then_resume(plan: Plan) -> dict[str, Any]:
+    """Part 2: the smoke sweep (longer) stopped by one Ctrl-C once a trial has reported, then
+    ``--resume``: the exit codes (130, 0) and every trial finished, once each."""
+    with tempfile.TemporaryDirectory(prefix="sweeps-gpu-") as tmp:
+        workdir = Path(tmp)
+        proc = _start_sweep(SMOKE, workdir, list(plan.ctrl_c_sets))
+        results = workdir / "out" / "smoke" / "ray" / "smoke"
+        reported = _wait(
+            lambda: any(p.stat().st_size for p in results.glob("*/result.json")),
+            timeout_s=180,
+            proc=proc,
+        )
+        proc.send_signal(signal.SIGINT)
+        try:
+            stopped = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stopped = None
+        code, seconds, _ = _sweep(SMOKE, workdir, list(plan.ctrl_c_sets), resume=True)
+        out = {
+            "ok": reported and stopped == 130 and code == 0,
+            "pressed_after_a_report": reported,
+            "stop_exit_code": stopped,
+            "resume_exit_code": code,
+            "resume_seconds": round(seconds, 1),
+        }
+        out.update(_trials_figures(SMOKE, workdir))
+        out["ok"] = out["ok"] and out.get("finished_trials") == out.get("trials") == 4
+    print(f"Ctrl-C: exit {stopped}; --resume: exit {code}; {_brief(out)}")
+    return out
+
+
+def run_cuda_tests() -> dict[str, Any]:
+    """Part 3: ``pytest -m cuda`` on ``CUDA_TESTS``."""
     command = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", *CUDA_TESTS]
-    return subprocess.run(command, cwd=ROOT, check=False).returncode == 0
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    tail = done.stdout.strip().splitlines()[-1:] or [done.stderr.strip()[-300:]]
+    print(f"pytest -m cuda: {tail[0]}")
+    return {
+        "ok": done.returncode == 0,
+        "command": " ".join(["python", *command[1:]]),
+        "summary": tail[0],
+        "seconds": round(time.perf_counter() - start, 1),
+    }
 
 
-def throughput(device_name: str) -> list[dict]:
-    """Part 2: packed against unpacked trials per hour, and each pack's MFU, printed."""
+def eager_vs_compiled(plan: Plan) -> dict[str, Any]:
+    """Part 4: one trial's training steps per second, eager against ``train.compile``, from each
+    run's last interval between evaluations (the compile and the graphs' recording fall in the
+    first)."""
+    if not plan.graph_sizes:
+        return {"skipped": "no sizes (torch.compile on a CPU: not what is measured)"}
+    rows = []
+    for size in plan.graph_sizes:
+        row: dict[str, Any] = {"size": size}
+        for compiled in (False, True):
+            rate, n_params = step_rate(size, plan.graph_steps, plan.device, compiled)
+            row["n_params"] = n_params
+            row["compiled_steps_per_s" if compiled else "eager_steps_per_s"] = round(rate, 1)
+        row["ratio"] = round(row["compiled_steps_per_s"] / row["eager_steps_per_s"], 2)
+        print(
+            f"{size:>5} ({row['n_params']:,} params): eager {row['eager_steps_per_s']} steps/s,"
+            f" compiled {row['compiled_steps_per_s']} ({row['ratio']}x)",
+            flush=True,
+        )
+        rows.append(row)
+    return {"rows": rows, "steps": plan.graph_steps}
+
+
+def step_rate(size: str, steps: int, device: str, compiled: bool) -> tuple[float, int]:
+    """Steps per second of one ``size`` trial over its last ``steps // 2`` steps, and its
+    parameter count."""
+    from arith.training.trainer import train
+    from sweeps.bench_pack import pack_configs
+
+    (config,) = pack_configs(size, 1, steps, device)
+    train_cfg = dataclasses.replace(config.train, compile=compiled, eval_every=steps // 2)
+    reports: list[dict] = []
+    summary = train(dataclasses.replace(config, train=train_cfg), reports.append)
+    last = [r for r in reports if "perf/examples_per_s" in r][-1]
+    return last["perf/examples_per_s"] / config.train.batch_size, int(summary["n_params"])
+
+
+def packs(plan: Plan, device_name: str) -> dict[str, Any]:
+    """Part 5: packed against unpacked trials per hour, and each pack's MFU."""
     from arith.training.cost import describe
-    from arith.training.hardware import gpu_peak_flops
+    from arith.training.throughput import gpu_peak_flops
     from sweeps.bench_pack import pack_configs, run_pack_bench
 
-    peak = gpu_peak_flops(device_name)
-    print(
-        f"\n2. throughput, {GPU_STEPS} steps per trial (unpacked: {UNPACKED_SAMPLE} of the"
-        " members timed); trials per hour:",
-        flush=True,
+    peak = gpu_peak_flops(device_name) if plan.device == "cuda" else None
+    rows = run_pack_bench(
+        list(plan.pack_sizes), list(plan.packs), plan.pack_steps, plan.device, plan.unpacked_sample
     )
-    print(f"{'size':>5} {'n_params':>9} {'pack':>5} {'unpacked':>14} {'packed':>14} {'ratio':>6}")
-    rows = run_pack_bench(GPU_SIZES, GPU_PACKS, GPU_STEPS, "cuda", UNPACKED_SAMPLE)
-    what = f"{peak:.3g} FLOP/s, bf16" if peak else "unknown for this card"
-    print(f"MFU of the packed side, against the card's peak ({what}):")
     for row in rows:
-        flops = describe(pack_configs(row["size"], 1, GPU_STEPS, "cuda")[0])["total_flops"]
-        achieved = flops * row["packed_trials_per_h"] / 3600
-        mfu = f"{100 * achieved / peak:5.1f} %" if peak else "  n/a"
-        print(f"{row['size']:>5} pack {row['pack']:>3}: {achieved:.3g} FLOP/s, MFU {mfu}")
-    return rows
+        config = pack_configs(row["size"], 1, plan.pack_steps, plan.device)[0]
+        achieved = describe(config)["total_flops"] * row["packed_trials_per_h"] / 3600
+        row["packed_flop_per_s"] = achieved
+        row["mfu"] = achieved / peak if peak else None
+        mfu = f"{100 * row['mfu']:.1f} %" if peak else "n/a"
+        print(
+            f"{row['size']:>5} pack {row['pack']:>3}: {row['unpacked_trials_per_h']:,.0f} -> "
+            f"{row['packed_trials_per_h']:,.0f} trials/h ({row['ratio']:.2f}x), MFU {mfu}"
+        )
+    return {
+        "rows": rows,
+        "steps": plan.pack_steps,
+        "unpacked_sample": plan.unpacked_sample,
+        "peak_flop_per_s": peak,
+    }
 
 
-def run_main_job(budget_s: float) -> bool:
-    """Part 3: the main job with its shipped ``gpu: auto``, cut at ``budget_s`` seconds; True
-    when the command ended well."""
-    print(f"\n3. the main job ({MAIN_JOB.name}, gpu: auto), at most {budget_s:.0f} s", flush=True)
-    with tempfile.TemporaryDirectory(prefix="sweeps-gpu-") as tmp:
-        command = [
-            sys.executable, "-m", "sweeps.run", str(MAIN_JOB), "--out", tmp,
-            "--tracking-uri", f"sqlite:///{tmp}/mlflow.db",
-            "--set", f"sweep.time_budget_s={budget_s:.0f}",
-        ]  # fmt: skip
-        start = time.perf_counter()
-        code = subprocess.run(command, cwd=ROOT, check=False).returncode
-    print(f"main job: exit code {code}, {time.perf_counter() - start:.0f} s")
-    return code == 0
+def write_report(folder: Path, figures: Figures) -> None:
+    """``report.md`` (the figures as tables) and ``figures.json`` in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = dataclasses.asdict(figures)
+    (folder / "figures.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    (folder / "report.md").write_text(render_report(data))
+
+
+def render_report(data: dict[str, Any]) -> str:
+    """The figures of one run as Markdown."""
+    parts = data["parts"]
+    lines = [
+        f"# GPU acceptance run: {data['device']}",
+        "",
+        f"{data['started']}, torch {data['torch']}, {data['total_s']:.0f} s in all "
+        "(`python -m sweeps.bench --gpu --report DIR`).",
+        "",
+    ]
+    for key, title in (
+        ("main_job", "The main job through sweeps.run (gpu: auto)"),
+        ("ctrl_c_resume", "One Ctrl-C, then --resume"),
+    ):
+        part = parts.get(key, {})
+        lines += [f"## {title}", "", _fields(part), ""]
+    tests = parts.get("cuda_tests", {})
+    lines += ["## CUDA tests", "", _fields(tests), ""]
+    graphed = parts.get("eager_vs_compiled", {})
+    lines += ["## One trial, eager against compiled (steps per second)", ""]
+    lines += _table(
+        graphed.get("rows"),
+        ["size", "n_params", "eager_steps_per_s", "compiled_steps_per_s", "ratio"],
+        graphed,
+    )
+    packed = parts.get("packs", {})
+    lines += ["## Packs (trials per hour)", ""]
+    lines += _table(
+        packed.get("rows"),
+        [
+            "size",
+            "n_params",
+            "pack",
+            "unpacked_trials_per_h",
+            "packed_trials_per_h",
+            "ratio",
+            "mfu",
+        ],
+        packed,
+    )
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _fields(part: dict[str, Any]) -> str:
+    if not part:
+        return "not run"
+    return "\n".join(f"- {key}: {value}" for key, value in part.items())
+
+
+def _table(rows: list[dict] | None, columns: list[str], part: dict[str, Any]) -> list[str]:
+    if not rows:
+        return [part.get("skipped", "not run"), ""]
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [_number(v) if isinstance(v, float) else str(v) for v in map(row.get, columns)]
+        out.append("| " + " | ".join(cells).replace("None", "") + " |")
+    return [*out, ""]
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def _brief(part: dict[str, Any]) -> str:
+    keys = ("trials", "finished_trials", "best_trial", "best_val", "best_test", "devices")
+    return ", ".join(f"{k} {part[k]}" for k in keys if k in part)
+
+
+def _start_sweep(spec: Path, workdir: Path, sets: list[str], resume: bool = False):
+    command = [
+        sys.executable,
+        "-m",
+        "sweeps.run",
+        str(spec),
+        "--out",
+        str(workdir / "out"),
+        "--tracking-uri",
+        f"sqlite:///{workdir}/mlflow.db",
+        *[a for s in sets for a in ("--set", s)],
+        *(["--resume"] if resume else []),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = open(workdir / f"sweep-{'resume' if resume else 'run'}.log", "w")  # noqa: SIM115
+    return subprocess.Popen(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _sweep(spec: Path, workdir: Path, sets: list[str], resume: bool = False):
+    """(exit code, seconds, log) of ``sweeps.run`` run to its end."""
+    start = time.perf_counter()
+    proc = _start_sweep(spec, workdir, sets, resume)
+    code = proc.wait()
+    log = (workdir / f"sweep-{'resume' if resume else 'run'}.log").read_text(errors="replace")
+    return code, time.perf_counter() - start, log
+
+
+def _wait(check, timeout_s: float, proc) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and proc.poll() is None:
+        if check():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _trials_figures(spec_path: Path, workdir: Path) -> dict[str, Any]:
+    """From the sweep's trials.csv: trials, those finished, the devices they trained on, the best
+    trial chosen on the sweep's metric and its held-out figures."""
+    import pandas as pd
+
+    from sweeps.runtime.report import best_trial, held_out_figures
+    from sweeps.spec.sweep_spec import load_spec
+
+    spec = load_spec(spec_path, [])
+    table = workdir / "out" / spec.name / "trials.csv"
+    if not table.is_file():
+        return {"trials_csv": "missing"}
+    trials = pd.read_csv(table)
+    out: dict[str, Any] = {"trials": len(trials)}
+    if "status" in trials.columns:
+        out["finished_trials"] = int((trials["status"] == "TERMINATED").sum())
+    if "hardware.device" in trials.columns:
+        out["devices"] = sorted(set(trials["hardware.device"].astype(str)))
+    best = best_trial(trials, spec.sweep.metric, spec.sweep.mode)
+    if best is not None:
+        out["best_trial"] = str(best.get("trial_id"))
+        out["best_val"] = float(best[spec.sweep.metric])
+        test = held_out_figures(best).get("test/exact_match")
+        out["best_test"] = test
+    return out

@@ -30,7 +30,11 @@ FAULT_TESTS = {
 # driver and worker kills (one sweep's driver killed 5 times and its workers 3: 200 s in CI, the
 # suite's longest test; the random-kill resume, packed and not, the worker kills of test_faults.py
 # and the chaos of user actions cover each of its paths).
-SOAK_TESTS = {"test_chaos.py::test_chaos_driver_and_worker_kills"}
+SOAK_TESTS = {
+    "test_chaos.py::test_chaos_driver_and_worker_kills",
+    # the GPU acceptance run rehearsed on the CPU (~3 min): before taking it to a GPU
+    "test_gpu_bench.py::test_the_acceptance_run_rehearsed_on_the_cpu",
+}
 
 
 def pytest_collection_modifyitems(items):

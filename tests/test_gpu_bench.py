@@ -3,6 +3,7 @@ tests/test_cuda.py, throughput, the main job) runs on a GPU only."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,43 @@ def test_without_cuda_it_says_so_in_one_line_and_exits_0():
 def test_the_sizes_are_bench_pack_shapes():
     from sweeps.bench_pack import PACK_SIZES
 
-    assert set(bench_gpu.GPU_SIZES) <= set(PACK_SIZES)
+    for plan in (bench_gpu.GPU, bench_gpu.REHEARSAL):
+        assert set(plan.graph_sizes) | set(plan.pack_sizes) <= set(PACK_SIZES)
+
+
+def test_the_report_shows_every_figure_measured(tmp_path):
+    figures = bench_gpu.Figures("NVIDIA H200", "2.13.0", "2026-11-28 19:00:00", total_s=401.0)
+    figures.parts = {
+        "main_job": {"ok": True, "exit_code": 0, "seconds": 58.2, "best_test": 0.9965},
+        "ctrl_c_resume": {"ok": True, "stop_exit_code": 130, "resume_exit_code": 0},
+        "cuda_tests": {"ok": True, "summary": "8 passed in 30.1s"},
+        "eager_vs_compiled": {"rows": [{"size": "100k", "n_params": 101_000,
+                              "eager_steps_per_s": 70.5, "compiled_steps_per_s": 412.25,
+                              "ratio": 5.85}]},
+        "packs": {"skipped": "12 s left, ~90 s needed"},
+    }  # fmt: skip
+    bench_gpu.write_report(tmp_path, figures)
+    report = (tmp_path / "report.md").read_text()
+    shown = ["NVIDIA H200", "best_test: 0.9965", "stop_exit_code: 130", "8 passed in 30.1s"]
+    shown += ["| 100k | 101000 | 70.5 | 412.2 | 5.85 |", "12 s left, ~90 s needed", "401 s"]
+    for text in shown:
+        assert text in report, text
+    assert json.loads((tmp_path / "figures.json").read_text())["parts"] == figures.parts
+
+
+def test_the_acceptance_run_rehearsed_on_the_cpu(tmp_path):
+    # every part but the CUDA-only ones, on the CPU at tiny sizes: the main job (here the smoke
+    # sweep) and a Ctrl-C then --resume through sweeps.run, packs, the report
+    code = bench_gpu.gpu_main(tmp_path / "report", bench_gpu.REHEARSAL)
+    figures = json.loads((tmp_path / "report" / "figures.json").read_text())
+    parts = figures["parts"]
+    assert code == 0, parts
+    assert parts["main_job"]["exit_code"] == 0 and parts["main_job"]["trials"] == 4
+    assert parts["main_job"]["devices"] == ["cpu"] and parts["main_job"]["best_val"] >= 0
+    stop = parts["ctrl_c_resume"]
+    assert stop["pressed_after_a_report"] and stop["stop_exit_code"] == 130
+    assert stop["resume_exit_code"] == 0 and stop["finished_trials"] == 4
+    assert [row["pack"] for row in parts["packs"]["rows"]] == [1, 2]
 
 
 def test_the_main_job_is_the_flagship():

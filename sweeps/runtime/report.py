@@ -98,7 +98,9 @@ def best_trial(trials, metric: str, mode: str) -> dict[str, Any] | None:
         keys["_tie"] = pd.to_numeric(trials[TIE_BREAK], errors="coerce")
     if "trial_id" in trials.columns:
         keys["_order"] = trials["trial_id"].astype(str)
-    ranked = trials.assign(**keys).dropna(subset=["_score"])
+    # one concat, not assign's column at a time (pandas warns of a fragmented frame)
+    ranked = pd.concat([trials, pd.DataFrame(keys, index=trials.index)], axis=1)
+    ranked = ranked.dropna(subset=["_score"])
     if ranked.empty:
         return None
     ranked = ranked.sort_values(list(keys), kind="stable", na_position="last")
