@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -172,3 +173,26 @@ def test_an_answer_may_run_as_long_as_the_prompt_needs(monkeypatch):
     assert limits[-1] >= fmt.max_seq_len(8) > fmt.max_seq_len()
     predict.complete(model, fmt, predict.problem_ids(fmt, "12 + 34 ="))
     assert limits[-1] == fmt.max_seq_len()
+
+
+def test_a_second_ctrl_c_while_stopping_does_not_cut_the_exit_short(tmp_path):
+    # The first press stops the command (exit 130, "interrupted"); a second one 0.2 s later, on
+    # the way out, printed Python's "Exception ignored ... KeyboardInterrupt" traceback, and in
+    # a chaos run of sweeps.run (seed 51777736, presses 0.3 s apart) ended it with -2 (SIGINT)
+    script = tmp_path / "twice.py"
+    script.write_text(
+        "import os, signal, threading\n"
+        "from arith.cli import run_main\n"
+        "def main():\n"
+        "    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+        "    raise KeyboardInterrupt\n"
+        "run_main(main)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (130, "interrupted\n")
