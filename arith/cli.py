@@ -38,9 +38,10 @@ def run_main(main: Callable[[], int | None], *, freeze_at_exit: bool = True) -> 
     except ConfigError as err:
         fail(str(err))
     except KeyboardInterrupt:
-        # Stopping now: a second press must not cut the exit short (it landed in the
-        # interpreter's shutdown as an unhandled KeyboardInterrupt, exit -2 instead of 130)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if freeze_at_exit:  # the process ends here (not a caller that goes on, which keeps it)
+            # Stopping now: a second press must not cut the exit short (it landed in the
+            # interpreter's shutdown as an unhandled KeyboardInterrupt, exit -2 instead of 130)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("interrupted", file=sys.stderr)
         code = 130
     if freeze_at_exit:
