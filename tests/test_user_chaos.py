@@ -51,6 +51,7 @@ from sweep_procs import (
 )
 
 from sweeps.analysis.collect import render_tables
+from sweeps.analysis.store import STATE_FILE
 from sweeps.cluster import tunefix
 from sweeps.spec.sweep_spec import load_spec
 
@@ -95,7 +96,8 @@ class Sequence:
     parents: int = 0  # sweeps started: the first run and each --overwrite that went ahead
     state: str = "none"  # none, stopped, finished
     # Stopped by a Ctrl-C before its trials ran, perhaps before it made its parent run: the
-    # next action is --resume, which must finish it (the parent run counted may be missing).
+    # next action is --resume, which must finish it (the parent run counted may be missing);
+    # stopped before it made anything at all (state none), the next is the same command.
     early: bool = False
     log: list[str] = field(default_factory=list)
 
@@ -290,6 +292,11 @@ def _act(
     if code == -9:
         assert how == "kill"
         seq.state, seq.early = "stopped", False
+    elif code == 130 and action == "run" and not (seq.out / STATE_FILE).exists():
+        # stopped before it made anything (its imports, the spec's check): nothing to resume
+        # (--resume says so in one line), and the same command starts it
+        assert how.startswith("ctrl_c") and phase == "start", phase
+        seq.state, seq.early, seq.parents = "none", True, seq.parents - 1
     elif code == 130:
         assert how.startswith("ctrl_c")
         seq.state = "stopped"
