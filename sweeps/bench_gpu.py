@@ -141,7 +141,7 @@ def run_main_job(plan: Plan) -> dict[str, Any]:
     ``plan.main_job_s``: its exit code, time, and the best trial chosen on validation."""
     with tempfile.TemporaryDirectory(prefix="sweeps-gpu-") as tmp:
         sets = [*plan.main_job_sets, f"sweep.time_budget_s={plan.main_job_s:.0f}"]
-        code, seconds, _ = _sweep(plan.main_job, Path(tmp), sets)
+        code, seconds = _sweep(plan.main_job, Path(tmp), sets)
         out = {"ok": code == 0, "exit_code": code, "seconds": round(seconds, 1)}
         out.update(_trials_figures(plan.main_job, Path(tmp)))
     print(f"main job: exit code {code}, {seconds:.0f} s; {_brief(out)}")
@@ -166,16 +166,17 @@ def ctrl_c_then_resume(plan: Plan) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             proc.kill()
             stopped = None
-        code, seconds, _ = _sweep(SMOKE, workdir, list(plan.ctrl_c_sets), resume=True)
+        code, seconds = _sweep(SMOKE, workdir, list(plan.ctrl_c_sets), resume=True)
+        trials = _trials_figures(SMOKE, workdir)
+        every_trial = trials.get("finished_trials") == trials.get("trials") == 4
         out = {
-            "ok": reported and stopped == 130 and code == 0,
+            "ok": reported and stopped == 130 and code == 0 and every_trial,
             "pressed_after_a_report": reported,
             "stop_exit_code": stopped,
             "resume_exit_code": code,
             "resume_seconds": round(seconds, 1),
+            **trials,
         }
-        out.update(_trials_figures(SMOKE, workdir))
-        out["ok"] = out["ok"] and out.get("finished_trials") == out.get("trials") == 4
     print(f"Ctrl-C: exit {stopped}; --resume: exit {code}; {_brief(out)}")
     return out
 
@@ -350,17 +351,16 @@ def _start_sweep(spec: Path, workdir: Path, sets: list[str], resume: bool = Fals
         *(["--resume"] if resume else []),
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    log = open(workdir / f"sweep-{'resume' if resume else 'run'}.log", "w")  # noqa: SIM115
-    return subprocess.Popen(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # the child keeps its own copy of the file: this process's closes at once
+    with open(workdir / f"sweep-{'resume' if resume else 'run'}.log", "w") as log:
+        return subprocess.Popen(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _sweep(spec: Path, workdir: Path, sets: list[str], resume: bool = False):
-    """(exit code, seconds, log) of ``sweeps.run`` run to its end."""
+    """(exit code, seconds) of ``sweeps.run`` run to its end."""
     start = time.perf_counter()
-    proc = _start_sweep(spec, workdir, sets, resume)
-    code = proc.wait()
-    log = (workdir / f"sweep-{'resume' if resume else 'run'}.log").read_text(errors="replace")
-    return code, time.perf_counter() - start, log
+    code = _start_sweep(spec, workdir, sets, resume).wait()
+    return code, time.perf_counter() - start
 
 
 def _wait(check, timeout_s: float, proc) -> bool:

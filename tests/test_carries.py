@@ -11,7 +11,8 @@ from arith.errors import ConfigError
 from arith.evaluation.evaluate import _carry_breakdown, ended_early
 from arith.problems import carries, tasks
 from arith.text.formats import FormatConfig, build_format
-from arith.training.trainer import reported_metrics, train
+from arith.training.reported import reported_metrics
+from arith.training.trainer import train
 
 ADD = tasks.TaskConfig(name="addition", n_digits=6)
 MULTI = tasks.TaskConfig(name="multi_op", n_digits=4)

@@ -15,7 +15,8 @@ from arith.errors import ConfigError
 from arith.problems import tasks
 from arith.problems.tasks import TaskConfig
 from arith.text.formats import FormatConfig
-from arith.training.trainer import reported_metrics, train
+from arith.training.reported import reported_metrics
+from arith.training.trainer import train
 
 
 def _keys(problems) -> set[int]:

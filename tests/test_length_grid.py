@@ -11,7 +11,8 @@ from arith.data import length_grid
 from arith.data.dataset import build_dataset
 from arith.data.length_grid import RATIO_KEY, SUCCESS_KEY, extrapolation_ratio
 from arith.problems import tasks
-from arith.training.trainer import reported_metrics, train
+from arith.training.reported import reported_metrics
+from arith.training.trainer import train
 from sweeps.analysis.plots import plots_for
 
 ADDITION = tasks.TaskConfig(name="addition", n_digits=2)

@@ -23,7 +23,8 @@ from arith.evaluation.length_probe import context_digits
 from arith.model.gpt import GPT, ModelConfig
 from arith.problems.tasks import TaskConfig
 from arith.text.formats import FormatConfig, build_format
-from arith.training.trainer import reported_metrics, train
+from arith.training.reported import reported_metrics
+from arith.training.trainer import train
 from sweeps.analysis.plots import plots_for
 
 ADDITION = TaskConfig(name="addition", n_digits=8)

@@ -13,8 +13,9 @@ from arith import config as config_lib
 from arith.data.dataset import build_dataset
 from arith.training import checkpoint as ckpt
 from arith.training.cost import describe, mean_seq_len, planned_steps, step_cost
+from arith.training.reported import reported_metrics
 from arith.training.trainconf import DEFAULT_MAX_STEPS
-from arith.training.trainer import reported_metrics, train
+from arith.training.trainer import train
 
 TINY = [
     "task.n_digits=2",

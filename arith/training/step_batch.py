@@ -67,7 +67,8 @@ def build_batch(
     every batch padded to that many tokens (a compiled step's one shape)."""
     inputs, targets, mask = pack_batch([m.batches for m in members], CPU)
     if fixed_length is not None:
-        inputs, targets, mask = pad_to(fixed_length, members[0], inputs, targets, mask)
+        pad_id = members[0].dataset.format.pad_id
+        inputs, targets, mask = pad_to(fixed_length, pad_id, inputs, targets, mask)
     n_members = len(members)
     rows = inputs.shape[0] // n_members
     offsets = abacus_offsets(members, rows)
@@ -96,7 +97,7 @@ def step_length(members: list[MemberRun]) -> int:
 
 
 def pad_to(
-    length: int, member: MemberRun, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
+    length: int, pad_id: int, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The batch right-padded to ``length`` tokens, as the encoder pads a row: PAD tokens
     whose loss weight is 0 (after a row's last token, under causal attention, they change no
@@ -104,7 +105,6 @@ def pad_to(
     extra = length - inputs.shape[1]
     if extra < 0:
         raise ValueError(f"a batch of {inputs.shape[1]} tokens does not fit in {length}")
-    pad_id = member.dataset.format.pad_id
     return (
         F.pad(inputs, (0, extra), value=pad_id),
         F.pad(targets, (0, extra), value=pad_id),

@@ -45,7 +45,6 @@ from arith.training.member_run import (
 from arith.training.optim import PackedAdamW
 from arith.training.packing import check_packable
 from arith.training.prefetch import BatchProducer
-from arith.training.reported import SUMMARY_KEYS, reported_metrics  # noqa: F401 -- callers' old address
 from arith.training.throughput import Throughput, device_peak
 from arith.training.transfers import LossReadout, synchronize
 
