@@ -13,9 +13,9 @@ difference is the orchestration, not parallelism.
 
 With ``--flagship``: runs the main job (``--spec``, default ``search_spaces/width_vs_depth.yaml``)
 alone, timed, or reads a finished one (``--from`` its output folder, with the wall time that
-``python -m sweeps.findings SPACE --run`` recorded), measures one core's matmul peak in fp32 and
-bf16, and prints each trial's MFU and the sweep's fraction of its FLOP bound
-(``sweeps.analysis.compute_bound``).
+``python -m sweeps.findings SPACE --run`` recorded), measures one core's matmul peak in each
+precision its trials trained in (fp32, bf16), and prints each trial's MFU and the sweep's
+fraction of its FLOP bound (``sweeps.analysis.compute_bound``).
 
 With ``--pack``: packed against unpacked trials (``sweeps.bench_pack``).
 """
@@ -91,8 +91,10 @@ def steady_state(ends: list[float], plain: list[float]) -> float:
 FLAGSHIP = Path(__file__).resolve().parents[1] / "search_spaces" / "width_vs_depth.yaml"
 
 
-def core_peaks() -> dict[str, float]:
-    """One core's best matmul FLOP/s in fp32 and bf16 (a trial holds one CPU)."""
+def core_peaks(precisions: list[str]) -> dict[str, float]:
+    """One core's best matmul FLOP/s in each of ``precisions`` (a trial holds one CPU). Only
+    those the trials used: bf16's peak took 57 s on a CPU without bf16 in hardware (fp32's 1 s),
+    where no trial trains in bf16 (2026-11-28)."""
     import torch
 
     from arith.bench import FULL, PRECISIONS, peak_matmul_flops
@@ -102,8 +104,7 @@ def core_peaks() -> dict[str, float]:
     try:
         cpu = torch.device("cpu")
         return {
-            name: peak_matmul_flops(cpu, dtype, FULL.peak_sizes)
-            for name, dtype in PRECISIONS.items()
+            name: peak_matmul_flops(cpu, PRECISIONS[name], FULL.peak_sizes) for name in precisions
         }
     finally:
         torch.set_num_threads(threads)
@@ -131,7 +132,7 @@ def flagship_main(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from arith.cli import fail
-    from sweeps.analysis.compute_bound import render_bound, sweep_bound, trial_mfu
+    from sweeps.analysis.compute_bound import render_bound, sweep_bound, trial_mfu, trial_precision
 
     with tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp:
         if args.from_folder:
@@ -147,7 +148,7 @@ def flagship_main(args: argparse.Namespace) -> int:
             print(f"running {args.spec} alone, timed ...", flush=True)
             folder, wall = timed_sweep(Path(args.spec), args.set or [], Path(tmp))
         trials = pd.read_csv(folder / "trials.csv")
-        peaks = core_peaks()
+        peaks = core_peaks(sorted(set(trial_precision(trials))))
     n_cores = os.cpu_count() or 1
     print(render_bound(trial_mfu(trials, peaks), sweep_bound(trials, peaks, n_cores, wall), peaks))
     return 0

@@ -103,6 +103,7 @@ def test_a_mixed_cluster_trains_on_both_kinds_of_node(mixed, tmp_path):
     used = {node_of[pid] for _, pids in trials for pid in pids}
     assert len(used) == 2  # ...and both nodes trained
     assert len(children(f"sqlite:///{tmp_path / 'mlflow.db'}", "smoke")[1]) == 4
+    assert not (tmp_path / "out" / "smoke" / "ray").exists()  # checkpoints went to --storage
 
 
 def _report_autoscaler_node_types(cluster: LocalCluster, groups: list[tuple]) -> None:

@@ -32,12 +32,22 @@ STEPS = list(range(0, 201, 10))
 @pytest.mark.slow
 @pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
 def test_ctrl_c_stops_resumably_and_resume_finishes(tmp_path, presses):
+    """And, while it runs, the same sweep started again (or --resume'd, or --overwrite'n) in a
+    second terminal: one line and exit 2, the first untouched (it stops and resumes whole)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
     proc = start_sweep(tmp_path, uri, SETS, new_session=True)
     try:
         reported = lambda: any(len(lines) >= 2 for lines in result_lines(experiment_dir).values())  # noqa: E731
         assert wait_until(reported, 180, proc), (tmp_path / "run.err").read_text()[-2000:]
+        for flags in ((), ("--resume",), ("--overwrite",)):
+            code, err = call_main(
+                [str(SMOKE), "--out", str(tmp_path / "out"), "--tracking-uri", uri, *flags,
+                 *(f"--set={s}" for s in SETS)]
+            )  # fmt: skip
+            assert code == 2, err
+            assert err.count("\n") == 1 and "is being driven by another command (pid" in err, err
+        assert proc.poll() is None, (tmp_path / "run.err").read_text()[-2000:]
         for _ in range(presses):
             ctrl_c(proc)
             time.sleep(0.5)
@@ -163,28 +173,3 @@ def test_ctrl_c_while_ray_starts_then_resume_finishes(tmp_path):
     parents, runs = children(uri, "smoke")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
-
-
-@pytest.mark.slow
-def test_a_second_command_on_a_running_sweep_is_refused(tmp_path):
-    """The same sweep started again (or --resume'd) while its driver runs, in a second
-    terminal: one line and exit 2, and the first goes on to its end untouched."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = start_sweep(tmp_path, uri, SETS)
-    try:
-        experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
-        reported = lambda: any(result_lines(experiment_dir).values())  # noqa: E731
-        assert wait_until(reported, 180, proc), (tmp_path / "run.err").read_text()[-2000:]
-        for flags in ((), ("--resume",), ("--overwrite",)):
-            code, err = call_main(
-                [str(SMOKE), "--out", str(tmp_path / "out"), "--tracking-uri", uri, *flags,
-                 *(f"--set={s}" for s in SETS)]
-            )  # fmt: skip
-            assert code == 2, err
-            assert err.count("\n") == 1 and "is being driven by another command (pid" in err, err
-        assert proc.wait(timeout=300) == 0, (tmp_path / "run.err").read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            kill(proc)
-    parents, runs = children(uri, "smoke")
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED" and len(runs) == 4
