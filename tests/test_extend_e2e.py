@@ -22,7 +22,7 @@ from sweep_procs import (
     wait_until,
 )
 
-from sweeps.analysis.collect import LEFT_OUT_TAG
+from sweeps.analysis.store import LEFT_OUT_TAG
 from sweeps.spec.identity import CODE_TAG
 
 pytestmark = pytest.mark.slow

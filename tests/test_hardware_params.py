@@ -15,7 +15,8 @@ from sweep_procs import FakeTrial
 from arith import config as config_lib
 from arith.training import device as hardware
 from arith.training.cost import describe
-from arith.training.device import HARDWARE_KEYS, hardware_record, resolved_precision
+from arith.training.device import hardware_record, resolved_precision
+from arith.training.reported import HARDWARE_KEYS
 from arith.training.trainer import train, train_pack
 from sweeps.runtime.trainable import summary_report
 from sweeps.spec.space import resolve_run_config

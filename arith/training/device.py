@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from arith.training.reported import HARDWARE_KEYS
+
 
 def pick_device(name: str) -> torch.device:
     """``train.device``: the named device, or for ``auto`` the best one present."""
@@ -64,16 +66,6 @@ def autocast_for(device: torch.device, precision: str, d_model: int | None = Non
     if resolved_precision(device, precision, d_model) == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return torch.autocast(device_type=device.type, enabled=False)
-
-
-HARDWARE_KEYS = (
-    "hardware.device",
-    "hardware.gpu_name",
-    "hardware.precision",
-    "hardware.torch",
-    "hardware.cuda",
-)
-"""What ``hardware_record`` holds: strings, which a sweep logs as its run's params."""
 
 
 def hardware_record(

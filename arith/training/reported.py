@@ -14,6 +14,16 @@ from arith.problems import tasks
 if TYPE_CHECKING:
     from arith.config import RunConfig
 
+HARDWARE_KEYS = (
+    "hardware.device",
+    "hardware.gpu_name",
+    "hardware.precision",
+    "hardware.torch",
+    "hardware.cuda",
+)
+"""What ``arith.training.device.hardware_record`` holds: strings, which a sweep logs as its run's
+params (here, so that a sweep's driver reads them without importing torch)."""
+
 # What ``train`` returns besides the final metrics: sizes, costs and thresholds reached.
 SUMMARY_KEYS = (
     "n_params",

@@ -27,7 +27,7 @@ from sweeps.analysis.convergence import CONVERGENCE_TAG, budget_key, convergence
 from sweeps.analysis.phases import PHASE_METRICS, with_phase
 from sweeps.analysis.plots import CURVE_METRICS, write_plots
 from sweeps.analysis.run_values import is_number_or_none, parse_param_column, run_figures
-from sweeps.analysis.store import is_sqlite, sqlite_file
+from sweeps.analysis.store import LEFT_OUT_TAG, is_sqlite, sqlite_file
 from sweeps.analysis.table_fits import GroupFit, fit_note, table_fits, with_fit_columns
 from sweeps.analysis.table_notes import describe, pooled_axes, status_note
 from sweeps.analysis.tables import (
@@ -39,10 +39,6 @@ from sweeps.analysis.tables import (
 from sweeps.spec.identity import CODE_TAG, code_note, hardware_note
 from sweeps.spec.table_block import TableSpec
 
-# A child run an ``--extend`` left out of its sweep (sweeps.runtime.extend): a trial of a grid
-# value the spec no longer has, or one that did not finish and was trained again. The run stays
-# in MLflow; the tag's value says why it is out of the tables.
-LEFT_OUT_TAG = "sweep.left_out"
 FRONT_COLUMNS = ("trial_id", "status", "stopped_reason", "run_id")
 SIZE_COLUMNS = ("n_params", "n_params_non_embedding", "flops_per_token")
 TAIL_COLUMNS = ("steps", "wall_time_s")

@@ -15,6 +15,11 @@ SQLITE = "sqlite:///"
 # In a sweep's output folder: its name, MLflow parent run and store (sweeps.runtime.state).
 STATE_FILE = "sweep.json"
 
+# A child run an ``--extend`` left out of its sweep (sweeps.runtime.extend): a trial of a grid
+# value the spec no longer has, or one that did not finish and was trained again. The run stays
+# in MLflow; the tag's value says why it is out of the tables.
+LEFT_OUT_TAG = "sweep.left_out"
+
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
     """$MLFLOW_TRACKING_URI, else a SQLite store ``mlflow.db`` in ``cwd`` (the working folder)."""

@@ -7,9 +7,12 @@ trials instead (``sweeps.runtime.dry_run``)."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import logging
 import os
 import sys
+import threading
 import time
 import warnings
 from concurrent import futures
@@ -276,7 +279,9 @@ def _start(
     from sweeps.runtime import parent as parents
 
     # A fresh MLflow database spends seconds creating its tables, Ray seconds starting its
-    # processes: do both at once.
+    # processes: do both at once, and import what the driver needs later meanwhile.
+    if local_ray:
+        threading.Thread(target=_import_ahead, name="import-ahead", daemon=True).start()
     with ThreadPoolExecutor(max_workers=1) as pool:
         if parent_id is not None:
             parent = pool.submit(parents.attach, tracker, parent_id, out_dir, placement)
@@ -301,6 +306,26 @@ def _start(
             with ctrl_c_deferred("stopping once the sweep's MLflow run is made ..."):
                 futures.wait([parent])
         parent.result()
+
+
+IMPORTED_AHEAD = (
+    "arith.training.checkpoint",
+    "arith.training.diagnostics",
+    "sweeps.analysis.collect",
+    "sweeps.analysis.plot_diagnostics",
+)
+
+
+def _import_ahead() -> None:
+    """What the driver needs once trials end, imported while Ray starts (Ray's start imports
+    none of it): torch, for a trial's model exported from its checkpoint, matplotlib for its
+    diagnostics (``sweeps.tracking.records``), pandas, scipy and the plots for the tables
+    (``sweeps.analysis.collect``). 4-5 s of a sweep's start on 2 cores where they were
+    imported before Ray started; imported on Tune's loop, they would hold it up. An import that
+    fails here fails again where it is used, and says so there."""
+    with contextlib.suppress(Exception):
+        for module in IMPORTED_AHEAD:
+            importlib.import_module(module)
 
 
 # Warnings silenced, each by its message, once read and judged harmless. Nothing else is: a

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweeps.analysis.collect import LEFT_OUT_TAG
+from sweeps.analysis.store import LEFT_OUT_TAG
 from sweeps.runtime import resume
 from sweeps.runtime.preflight import check_store
 from sweeps.runtime.state import SweepError, extend_tune_name, read_state

@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from arith.training.device import HARDWARE_KEYS
-from arith.training.reported import SUMMARY_KEYS
+from arith.training.reported import HARDWARE_KEYS, SUMMARY_KEYS
 from sweeps.tracking.outbox import Record
 from sweeps.tracking.state import REAL, STAND_IN, SUMMARY_TAG, TrialState
 
