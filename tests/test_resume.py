@@ -164,55 +164,21 @@ def received_checkpoints(experiment_dir: Path) -> dict[str, list[str]]:
     }
 
 
-def test_every_checkpoint_is_kept_across_a_driver_kill(tmp_path):
-    """Tune deletes checkpoints past ``num_to_keep`` between two snapshots of the experiment, so
-    a driver killed then left a snapshot naming a checkpoint that was gone, and the trial failed
-    on --resume. The sweep keeps them all: after a kill every checkpoint the driver received is
-    still there, and the resumed sweep finishes every trial, each in its one child run."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
+def test_a_driver_killed_mid_trial_leaves_every_trial_and_checkpoint(tmp_path):
+    """Two ways Tune lost work when the driver was killed, checked on one kill (one at a time
+    here, the first trial past its third checkpoint):
 
-    def two_trials_past_three_checkpoints() -> bool:
-        received = received_checkpoints(experiment_dir).values()
-        return sum(len(names) >= 3 for names in received) >= 2
+    - Tune deletes checkpoints past ``num_to_keep`` between two snapshots of the experiment, so
+      a killed driver left a snapshot naming a checkpoint that was gone, and the trial failed on
+      --resume. The sweep keeps them all: every checkpoint the driver received is still there.
+    - Tune's variant generator, given a concurrency limit, made trials as others finished and
+      saved itself apart from the trial list; a driver killed between the two saves left a
+      generator that lost a trial or, counting live trials that were not, waited forever on
+      --resume (a CI chaos run and a CI resume run). The sweep makes every trial up front and
+      keeps sweep.max_concurrent through resources (tests/test_tunefix.py): the snapshot taken
+      while the first trial runs already lists all four.
 
-    proc = start_sweep(tmp_path, uri, SETS, log="run0")
-    try:
-        assert wait_until(two_trials_past_three_checkpoints, 240, proc, every_s=0.05)
-    finally:
-        kill(proc)
-    received = received_checkpoints(experiment_dir)
-    for trial_dir, names in received.items():
-        for name in names:
-            checkpoint = experiment_dir / trial_dir / name / CHECKPOINT_FILE
-            assert checkpoint.is_file(), (trial_dir, name)
-
-    proc = start_sweep(tmp_path, uri, SETS, resume=True, log="run1")
-    proc.wait(timeout=240)
-    err = (tmp_path / "run1.err").read_text()
-    assert proc.returncode == 0, err[-3000:]
-    parents, runs = children(uri, "smoke")
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-    assert len(runs) == 4 and len({r.data.tags["sweep.trial_id"] for r in runs}) == 4
-    for run in runs:
-        assert (run.data.tags["sweep.status"], run.info.status) == ("TERMINATED", "FINISHED")
-        assert metric_steps(uri, run)["val/exact_match"] == STEPS
-    assert_no_duplicate_steps(uri, runs)
-    for trial_dir, names in received_checkpoints(experiment_dir).items():
-        assert len(names) >= len(STEPS)  # one per evaluation (checkpoint_every_s: 0)
-        # the sweep finished: each trial keeps its last checkpoint only (its model is in MLflow)
-        kept = sorted(p.name for p in (experiment_dir / trial_dir).glob("checkpoint_*"))
-        assert kept == [names[-1]], (trial_dir, kept)
-        assert (experiment_dir / trial_dir / names[-1] / CHECKPOINT_FILE).is_file()
-
-
-def test_every_trial_is_made_before_the_first_snapshot(tmp_path):
-    """Tune's variant generator, given a concurrency limit, made trials as others finished and
-    saved itself apart from the trial list; a driver killed between the two saves left a
-    generator that lost a trial or, counting live trials that were not, waited forever on
-    --resume (a CI chaos run and a CI resume run). The sweep makes every trial up front and
-    keeps sweep.max_concurrent through resources (tests/test_tunefix.py): one at a time here,
-    yet the first snapshot already lists all four, and the resumed sweep runs each once."""
+    The resumed sweep finishes every trial, each in its one child run, every step once."""
     from ray.tune import ExperimentAnalysis
 
     from sweeps.cluster import tunefix
@@ -221,16 +187,21 @@ def test_every_trial_is_made_before_the_first_snapshot(tmp_path):
     experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
     sets = [*SETS, "sweep.max_concurrent=1"]
 
-    def snapshot_and_a_result() -> bool:
-        return any(experiment_dir.glob("experiment_state-*.json")) and any(
-            result_lines(experiment_dir).values()
-        )
+    def a_snapshot_and_a_trial_past_three_checkpoints() -> bool:
+        received = received_checkpoints(experiment_dir).values()
+        snapshot = any(experiment_dir.glob("experiment_state-*.json"))
+        return snapshot and any(len(names) >= 3 for names in received)
 
     proc = start_sweep(tmp_path, uri, sets, log="run0")
     try:
-        assert wait_until(snapshot_and_a_result, 240, proc, every_s=0.05)
+        assert wait_until(a_snapshot_and_a_trial_past_three_checkpoints, 240, proc, every_s=0.05)
     finally:
         kill(proc)
+    received = received_checkpoints(experiment_dir)
+    for trial_dir, names in received.items():
+        for name in names:
+            checkpoint = experiment_dir / trial_dir / name / CHECKPOINT_FILE
+            assert checkpoint.is_file(), (trial_dir, name)
     # a kill during Tune's copy into the experiment folder cuts that copy short (a CI run read
     # an empty one): --resume copies it again from the driver's staging folder first, and so
     # does this read (tests/test_tunefix.py covers the copy)
@@ -252,6 +223,12 @@ def test_every_trial_is_made_before_the_first_snapshot(tmp_path):
     trials = pd.read_csv(tmp_path / "out" / "smoke" / "trials.csv")
     points = zip(trials["model.d_model"], trials["train.seed"], strict=True)
     assert sorted(points) == [(16, 0), (16, 1), (32, 0), (32, 1)]
+    for trial_dir, names in received_checkpoints(experiment_dir).items():
+        assert len(names) >= len(STEPS)  # one per evaluation (checkpoint_every_s: 0)
+        # the sweep finished: each trial keeps its last checkpoint only (its model is in MLflow)
+        kept = sorted(p.name for p in (experiment_dir / trial_dir).glob("checkpoint_*"))
+        assert kept == [names[-1]], (trial_dir, kept)
+        assert (experiment_dir / trial_dir / names[-1] / CHECKPOINT_FILE).is_file()
 
 
 def test_a_sweep_with_trials_missing_says_so():
