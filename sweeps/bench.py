@@ -91,25 +91,6 @@ def steady_state(ends: list[float], plain: list[float]) -> float:
 FLAGSHIP = Path(__file__).resolve().parents[1] / "search_spaces" / "width_vs_depth.yaml"
 
 
-def core_peaks(precisions: list[str]) -> dict[str, float]:
-    """One core's best matmul FLOP/s in each of ``precisions`` (a trial holds one CPU). Only
-    those the trials used: bf16's peak took 57 s on a CPU without bf16 in hardware (fp32's 1 s),
-    where no trial trains in bf16 (2026-11-28)."""
-    import torch
-
-    from arith.bench import FULL, PRECISIONS, peak_matmul_flops
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        cpu = torch.device("cpu")
-        return {
-            name: peak_matmul_flops(cpu, PRECISIONS[name], FULL.peak_sizes) for name in precisions
-        }
-    finally:
-        torch.set_num_threads(threads)
-
-
 def timed_sweep(spec: Path, sets: list[str], workdir: Path) -> tuple[Path, float]:
     """Runs ``python -m sweeps.run`` on ``spec`` into ``workdir``: its output folder and wall."""
     import json
@@ -131,8 +112,10 @@ def flagship_main(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
+    from arith.bench import FULL
     from arith.cli import fail
     from sweeps.analysis.compute_bound import render_bound, sweep_bound, trial_mfu, trial_precision
+    from sweeps.runtime.wall_estimate import core_peaks
 
     with tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp:
         if args.from_folder:
@@ -148,7 +131,8 @@ def flagship_main(args: argparse.Namespace) -> int:
             print(f"running {args.spec} alone, timed ...", flush=True)
             folder, wall = timed_sweep(Path(args.spec), args.set or [], Path(tmp))
         trials = pd.read_csv(folder / "trials.csv")
-        peaks = core_peaks(sorted(set(trial_precision(trials))))
+        # one core (a trial holds one CPU), only the precisions the trials trained in
+        peaks = core_peaks(sorted(set(trial_precision(trials))), 1, FULL.peak_sizes)
     n_cores = os.cpu_count() or 1
     print(render_bound(trial_mfu(trials, peaks), sweep_bound(trials, peaks, n_cores, wall), peaks))
     return 0

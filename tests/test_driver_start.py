@@ -4,6 +4,7 @@ docs/development.md), and on a machine without GPUs it tells so without torch.""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ def _modules_after(code: str) -> list[str]:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    return eval(result.stdout.strip().splitlines()[-1])  # a list of names printed by repr
+    return ast.literal_eval(result.stdout.strip().splitlines()[-1])
 
 
 def test_the_driver_module_imports_none_of_the_heavy_libraries():

@@ -306,8 +306,8 @@ def _start(
             with ctrl_c_deferred("stopping once the sweep's MLflow run is made ..."):
                 futures.wait([parent])
         parent.result()
-    # Done before Tune starts: imports still running then took the CPU from the first trials
-    # (a smoke sweep's Tune phase 6.8-9.4 s against ~5 s, with a slow MLflow server on 2 cores).
+    # Done before Tune starts, so that the imports neither compete with the first trials for the
+    # CPU nor hold Tune's loop at a module's import lock (a precaution, not a measured cost).
     importing.join()
 
 
