@@ -91,10 +91,11 @@ def test_what_it_makes_names_every_file_a_run_of_the_main_job_leaves(tmp_path):
     assert not missing, f"'What it makes' leaves out {missing}"
 
 
-@pytest.mark.parametrize("words", ["about an hour on 2 cores", '-m "not slow"'])
+@pytest.mark.parametrize("words", [r"about (an hour|\d+ minutes) on 2 cores", '-m "not slow"'])
 def test_the_readme_says_how_long_the_tests_take_and_a_quicker_subset(words):
+    # The time is whatever CI last measured; that the quick start gives one is what matters.
     quick_start = README[README.index("## Quick start") : README.index("## What the main job")]
-    assert words in quick_start
+    assert re.search(words, quick_start)
 
 
 def test_the_quick_start_holds_no_changelog():
