@@ -21,6 +21,7 @@ from sweep_procs import (
     SMOKE,
     assert_no_duplicate_steps,
     children,
+    fresh_store,
     kill,
     metric_steps,
     reference_trials,
@@ -67,7 +68,7 @@ def _ray_worker_pids(experiment_dir: Path) -> list[int]:
 def test_chaos_driver_and_worker_kills(tmp_path):
     rng = random.Random(SEED)
     spec_path = chaos_spec(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     experiment_dir = tmp_path / "out" / "chaos" / "ray" / "chaos"
     events = ["driver"] * DRIVER_KILLS + ["worker"] * WORKER_KILLS
     rng.shuffle(events)

@@ -30,7 +30,7 @@ from ray_cluster import (
     run_module,
     start_default_head,
 )
-from sweep_procs import children, ctrl_c, error_lines, start_sweep, wait_until
+from sweep_procs import children, ctrl_c, error_lines, fresh_store, start_sweep, wait_until
 
 # Short trials keep the cluster tests short, one trial per node at a time; SPREAD makes them
 # long enough (a few seconds) that a second worker starts before the first has run them all.
@@ -66,7 +66,7 @@ def _children(tracking_uri: str, name: str = "smoke"):
 
 
 def test_trials_land_on_both_nodes(cluster, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     storage = tmp_path / "storage"
     result = run_module(
         "sweeps.run", str(SMOKE), *SPREAD, "--address", cluster.address,
@@ -182,7 +182,7 @@ def test_ctrl_c_once_connected_to_a_cluster_stops_and_the_printed_command_finish
     """A Ctrl-C in the seconds after the driver has connected (MLflow making the sweep's parent
     run): exit 130 and a printed command that runs the sweep to its end. Ctrl-C was ignored
     there, and the sweep ran on to exit 0 (presses 0.3 to 2.5 s after connecting, 2026-11-28)."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # a new store: the press comes as it is made
     # The press 0.3 s after MLflow's database file appears: MLflow is then making its tables
     # (seconds on a fresh database), the parent run next. Not a fixed time after the placement
     # line: what the driver does in between (imports) moves with the code and the machine.
@@ -291,7 +291,7 @@ def test_ray_job_submit_by_hand_runs_the_sweep(cluster, tmp_path):
     sweep as the entrypoint, no sweeps.submit involved, and no ``--address``: inside a Ray job
     the sweep joins the job's cluster, as ``ray.init()`` does. (On Ray before 2.55, outside the
     supported range since, the job's driver lost its working dir when it connected.)"""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     entrypoint = [
         "python", "-m", "sweeps.run", "search_spaces/smoke.yaml", *SMALL,
         "--storage-shared", "--out", str(tmp_path / "out"), "--tracking-uri", uri,
@@ -324,7 +324,7 @@ def test_default_head_takes_the_token_file(default_head, tmp_path):
     """The head asks for the token that Ray wrote; both commands find and send it. (A Ray
     without token authentication: the head asks for none, and both commands just work.)"""
     head, env = default_head
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     run = run_module(
         "sweeps.run", str(SMOKE), *SMALL, "--set", "space.train.seed=[0]", "--address",
         head.address, "--out", str(tmp_path / "out"), "--tracking-uri", uri, env=env,
@@ -334,7 +334,7 @@ def test_default_head_takes_the_token_file(default_head, tmp_path):
     assert len(_children(uri)) == 2
     submitted = run_module(
         "sweeps.submit", str(SMOKE), *SMALL, "--address", head.dashboard, "--out",
-        str(tmp_path / "job"), "--tracking-uri", f"sqlite:///{tmp_path / 'job.db'}", "--no-wait",
+        str(tmp_path / "job"), "--tracking-uri", fresh_store(tmp_path / "job.db"), "--no-wait",
         env=env, cwd=tmp_path,
     )  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr[-3000:]

@@ -21,6 +21,7 @@ import yaml
 from matplotlib import image
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
+from sweep_procs import fresh_store
 
 from sweeps.analysis import collect, plots
 from sweeps.analysis.run_values import parse_param_column
@@ -107,7 +108,7 @@ def _log_sweep(client, experiment_id, start_time, configs, spec_dir):
 def store(tmp_path_factory):
     """(tracking URI, newest parent id, older parent id, root folder)."""
     root = tmp_path_factory.mktemp("mlflow")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = fresh_store(root / "mlflow.db")
     client = MlflowClient(uri)
     experiment_id = client.create_experiment(SWEEP, artifact_location=str(root / "artifacts"))
     now = int(time.time() * 1000)

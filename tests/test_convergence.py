@@ -10,7 +10,7 @@ import time
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
-from sweep_procs import FakeTrial
+from sweep_procs import FakeTrial, fresh_store
 
 from arith.training.cost import describe
 from sweeps.analysis.collect import with_convergence
@@ -162,7 +162,7 @@ def test_a_tag_from_mlflow_wins_and_gaps_are_computed():
 def test_a_trial_cut_by_the_sweeps_time_budget_is_labelled_time_budget(
     tmp_path, time_budget_s, status, reason, label
 ):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     base = {"task": {"name": "addition", "n_digits": 2}, "model": {"d_model": 16, "n_head": 2}}
     resolve = functools.partial(resolve_run_config, base, derived={})
     tracker = MLflowTracker(uri, "budget", resolve, describe)
@@ -193,7 +193,7 @@ def test_a_trial_cut_after_the_budget_ran_out_in_a_later_round_is_labelled_time_
     by --resume (a new driver's). Tune's TimeoutStopper, restored, counts on from the first
     fit, so the trials it cuts then are the budget's; before, each setup started the
     tracker's budget clock anew and labelled them stopped by the scheduler."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     resolve = functools.partial(resolve_run_config, {"model": {"d_model": 16}}, derived={})
     tracker = MLflowTracker(uri, "budget", resolve, describe)
     callbacks = bind(f"budget-{again}", [tracker])

@@ -15,6 +15,7 @@ from sweep_procs import (
     assert_no_duplicate_steps,
     call_main,
     children,
+    fresh_store,
     kill,
     metric_steps,
     result_lines,
@@ -45,7 +46,7 @@ def _d_model(run) -> int:
 
 
 def test_extend_trains_only_new_trials_and_resumes_after_a_kill(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     first = start_sweep(tmp_path, uri, [*SETS, FIRST], log="first")
     assert first.wait(timeout=240) == 0, (tmp_path / "first.err").read_text()[-3000:]
     parents, old_runs = children(uri, "smoke")

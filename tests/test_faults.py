@@ -20,6 +20,7 @@ from sweep_procs import (
     assert_no_duplicate_steps,
     children,
     free_port,
+    fresh_store,
     is_ray_worker,
     kill,
     metric_steps,
@@ -90,7 +91,7 @@ def _assert_two_finished_one_diverged(uri: str) -> int:
 
 
 def test_worker_killed_and_diverging_trial(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     experiment_dir = tmp_path / "out" / "faults" / "ray" / "faults"
 
     synced = []  # working folders that Tune's snapshots copied to the storage
@@ -132,7 +133,7 @@ def test_worker_killed_in_a_pack(tmp_path):
     """The faults spec packed (sweep.pack=4: its three trials in one process): the pack's worker
     is SIGKILLed mid-run and retried from the pack's checkpoint; the diverging member stops
     alone; MLflow ends with each member's run, every step once."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     experiment_dir = tmp_path / "out" / "faults" / "ray" / "faults"
 
     def running_pack_at_step_20():

@@ -10,6 +10,7 @@ import pytest
 from matplotlib import image
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
+from sweep_procs import fresh_store
 
 from sweeps import findings
 from sweeps.analysis import findings_report, plots
@@ -273,7 +274,7 @@ def test_addition_k4_bar_without_a_test_figure_is_not_measured():
 
 @pytest.mark.slow
 def test_findings_command_runs_a_space_and_rebuilds_the_report_from_mlflow(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     common = ["smoke", "--results", str(tmp_path / "results"), "--tracking-uri", uri]
     out = tmp_path / "docs"
     tiny = ["--set", "base.train.max_steps=10", "--set", "space.model.d_model=[16]"]
@@ -338,7 +339,7 @@ def test_batch_lr_check_tells_a_target_stop_from_never():
 def _two_parents(tmp_path) -> tuple[str, str, str]:
     """A real SQLite store holding two parent runs of sweep "smoke", one trial each (d_model
     32 in the older, 64 in the newer); (tracking URI, older id, newer id)."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     experiment = client.create_experiment("smoke", artifact_location=str(tmp_path / "art"))
     ids = []

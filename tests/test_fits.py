@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
+from sweep_procs import fresh_store
 
 from sweeps.analysis import plots
 from sweeps.analysis.collect import render_tables
@@ -139,7 +140,7 @@ def test_fit_per_must_name_a_table_key_other_than_x():
 
 
 def test_log_fits_to_parent_run(tmp_path):
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(fresh_store(tmp_path / "mlflow.db"))
     run = client.create_run(client.create_experiment("fits"))
     (spec,) = table_specs_from_block(
         {"name": "size", "rows": ["n_params"], "values": ["test/loss"],

@@ -10,7 +10,7 @@ import pytest
 import ray
 import torch
 from mlflow import MlflowClient
-from sweep_procs import FakeTrial
+from sweep_procs import FakeTrial, fresh_store
 
 from arith import config as config_lib
 from arith.training import device as hardware
@@ -97,7 +97,7 @@ def test_the_trainables_last_report_carries_the_hardware_and_rays_version():
 
 
 def test_the_tracker_logs_the_hardware_as_the_child_runs_params(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     base = {"task": {"name": "addition", "n_digits": 2}, "train": {"max_steps": 2}}
     resolve = functools.partial(resolve_run_config, base, derived={})
     tracker = MLflowTracker(uri, "hardware-test", resolve, describe)

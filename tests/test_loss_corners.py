@@ -18,6 +18,7 @@ from sweep_procs import (
     assert_no_duplicate_steps,
     children,
     error_lines,
+    fresh_store,
     is_ray_worker,
     kill,
     metric_steps,
@@ -54,13 +55,13 @@ def resume_command(tmp: Path, uri: str, sets: list[str]) -> list[str]:
 def test_resume_never_grafts_onto_another_stores_sweep(tmp_path):
     """The parent run sweep.json names is not in the store --tracking-uri points at, which
     holds an unfinished sweep of the same name: one line, exit 2, that sweep untouched."""
-    first = f"sqlite:///{tmp_path / 'first.db'}"
+    first = fresh_store(tmp_path / "first.db")
     code, err = run_to_end(tmp_path, first, ONE_TRIAL)
     assert code == 0, err[-3000:]
     saved = tmp_path / "out" / "smoke" / "sweep.json"
     parent_id = json.loads(saved.read_text())["parent_run_id"]
 
-    other = f"sqlite:///{tmp_path / 'other.db'}"
+    other = fresh_store(tmp_path / "other.db")
     client = MlflowClient(other)
     experiment = client.create_experiment("smoke")
     tags = {"sweep.role": "parent", "sweep.name": "smoke"}
@@ -101,7 +102,7 @@ def test_end_of_sweep_writes_wait_in_the_outbox_and_a_resume_delivers_them_once(
     no traceback, the parent stays RUNNING and the writes stay in the journal; once the store
     is whole, --resume delivers them and ends the parent, with no (key, step) pair twice."""
     monkeypatch.setenv("SWEEPS_MLFLOW_WAIT_S", "3")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     out = tmp_path / "out" / "smoke"
     journal = out / "mlflow_outbox.jsonl"
     proc = start_sweep(tmp_path, uri, ONE_TRIAL, log="run0")
@@ -147,7 +148,7 @@ def test_a_trial_errored_for_good_then_restarted_by_resume_ends_with_its_real_su
     """max_failures 0: a trial's worker is SIGKILLed, so the trial errors for good and gets a
     stand-in summary (stopped_reason error); the driver dies before the sweep ends; --resume
     restarts the errored trial, and its child run ends with train()'s own summary."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     sets = [f"base.train.max_steps={ERRORED_STEPS}"]
     experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import mlflow
 import pytest
 from mlflow import MlflowClient
-from sweep_procs import SMOKE, free_port, stop_mlflow_server
+from sweep_procs import SMOKE, free_port, fresh_store, stop_mlflow_server
 
 from sweeps.tracking.model_flavor import ArithModel, requirements, save_pyfunc
 from sweeps.tracking.registry import RegisterError, name_error, register_best
@@ -58,7 +58,7 @@ def store(tmp_path_factory):
     folder.mkdir()
     for name in ("model.pt", "config.yaml"):  # what export_model leaves for the writer
         (folder / name).write_bytes((tmp / "run" / name).read_bytes())
-    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    uri = fresh_store(tmp / "mlflow.db")
     writer = MLflowWriter(uri, "flavor", resolve=None)
     writer.create_parent({})
     writer.trials["t_0"] = TrialState()
@@ -300,7 +300,7 @@ def test_register_best_takes_the_parents_best_run_and_only_an_mlflow_model(store
 
 @pytest.mark.slow
 def test_register_makes_the_best_trial_a_model_version(tmp_path, monkeypatch):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     args = ["-m", "sweeps.run", str(SMOKE), "--out", str(tmp_path / "out"), "--tracking-uri", uri]
     args += ["--set=space.model.d_model=[16]", "--set=space.train.seed=[0]"]
     args += ["--set=base.train.max_steps=10", "--register", "arith-best"]

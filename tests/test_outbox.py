@@ -18,7 +18,7 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH
-from sweep_procs import free_port
+from sweep_procs import free_port, fresh_store
 from test_tracking import BASE, FakeTrial, eval_result
 
 from arith.training.cost import describe
@@ -53,7 +53,7 @@ def _raised(call, *args) -> Exception:
 
 
 def sqlite_refused(tmp: Path, request) -> Exception:
-    return param_logged_twice(f"sqlite:///{tmp / 'mlflow.db'}")
+    return param_logged_twice(fresh_store(tmp / "mlflow.db"))
 
 
 def server_refused(tmp: Path, request) -> Exception:
@@ -77,7 +77,7 @@ def sqlite_locked(tmp: Path, request) -> Exception:
 def mlflow_sqlite_locked(tmp: Path, request) -> Exception:
     """MLflow's SQLite store while another process holds the database's write lock (MLflow
     waits out its own busy_timeout, 20 s, before it gives up)."""
-    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    uri = fresh_store(tmp / "mlflow.db")
     client = MlflowClient(uri)
     run = client.create_run(client.create_experiment("locked"))
     holder = sqlite3.connect(tmp / "mlflow.db")
@@ -132,7 +132,7 @@ def requests_connection_error(tmp: Path, request) -> Exception:
 
 def apply_bug(tmp: Path, request) -> Exception:
     """A bug in the tracker's own code (a record naming a trial it does not know)."""
-    tracker = MLflowTracker(f"sqlite:///{tmp / 'mlflow.db'}", "bug", lambda c: c)
+    tracker = MLflowTracker(fresh_store(tmp / "mlflow.db"), "bug", lambda c: c)
     return _raised(tracker.writer.apply, {"op": "running", "trial": "unknown"})
 
 
@@ -159,7 +159,7 @@ def test_only_an_outage_is_transient(tmp_path, request, bounded_http, make_error
 def test_a_refused_write_is_reported_once_kept_and_does_not_block(tmp_path, capsys):
     """SQLite refuses a param logged again with another value: one warning, the metrics behind
     it are delivered, and the refused write stays in the journal for a resumed driver."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     journal = tmp_path / "outbox.jsonl"
     resolve = functools.partial(resolve_run_config, BASE, derived={})
     tracker = MLflowTracker(uri, "tracking-test", resolve, describe, journal=journal)
@@ -191,7 +191,7 @@ def test_a_refused_write_is_reported_once_kept_and_does_not_block(tmp_path, caps
 
 
 def _held_tracker(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     resolve = functools.partial(resolve_run_config, BASE, derived={})
     tracker = MLflowTracker(uri, "tracking-test", resolve, describe, journal=tmp_path / "j.jsonl")
     tracker.start_parent("sweep: {name: tracking-test}\n")

@@ -20,6 +20,7 @@ from sweep_procs import (
     assert_no_duplicate_steps,
     call_main,
     children,
+    fresh_store,
     metric_steps,
     reference_trials,
 )
@@ -109,7 +110,7 @@ def test_the_progress_line_counts_trials_not_packs():
 
 @pytest.mark.slow
 def test_a_packed_sweep_reads_like_the_unpacked_one(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     sets = [*SETS, "sweep.pack=4"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("MLFLOW_TRACKING_URI", None)

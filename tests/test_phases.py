@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
-from sweep_procs import ROOT, children, start_sweep
+from sweep_procs import ROOT, children, fresh_store, start_sweep
 
 from sweeps.analysis.claims_training import grokking_phases
 from sweeps.analysis.phases import (
@@ -187,7 +187,7 @@ TINY = [
 
 @pytest.mark.slow
 def test_a_packed_phase_sweep_labels_every_trial_and_draws_the_map(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     spec = ROOT / "search_spaces" / "grokking_phases.yaml"
     code = start_sweep(tmp_path, uri, TINY, spec=spec).wait(timeout=300)
     assert code == 0, (tmp_path / "run.err").read_text()[-3000:]

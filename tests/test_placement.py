@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from sweep_procs import fresh_store
 
 from sweeps.runtime import placement as placing
 from sweeps.runtime import tuning
@@ -165,7 +166,7 @@ def test_a_cluster_with_gpus_gives_each_trial_a_share(local_ray, tmp_path):
     four_cpus = _view((4.0, 2.0, 1, 1), local=True)  # four at once on two GPUs: half each
     assert tuning.trial_resources(four, placement_of(four, four_cpus), slots=False)["gpu"] == 0.5
     sweep_tuner, _ = build_tuner(
-        spec, tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", placement=placement
+        spec, tmp_path, fresh_store(tmp_path / "mlflow.db"), placement=placement
     )
     trainable = sweep_tuner.tuner._local_tuner._trainable  # what Tune schedules
     bundle = trainable._resources.required_resources

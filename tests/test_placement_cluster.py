@@ -19,7 +19,7 @@ import time
 import pytest
 import yaml
 from ray_cluster import ROOT, SMOKE, LocalCluster, run_module
-from sweep_procs import children, wait_until
+from sweep_procs import children, fresh_store, wait_until
 
 from sweeps.runtime.placement import CPU_FOR_UNSEEN_GPU_ENV, Placement
 
@@ -30,7 +30,7 @@ FAKE_GPU = {CPU_FOR_UNSEEN_GPU_ENV: "1"}
 
 
 def _sweep(cluster: LocalCluster, tmp_path, *more: str, background: bool = False):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     args = ["--address", cluster.address, "--storage", str(tmp_path / "storage")]
     args += ["--storage-shared", "--out", str(tmp_path / "out"), "--tracking-uri", uri]
     if not background:

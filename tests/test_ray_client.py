@@ -16,6 +16,7 @@ from sweep_procs import (
     assert_no_duplicate_steps,
     children,
     ctrl_c,
+    fresh_store,
     metric_steps,
     result_lines,
     start_sweep,
@@ -42,7 +43,7 @@ def _trials_csv_rows(out: os.PathLike) -> int:
 
 
 def test_a_sweep_through_ray_client_records_every_trial(head, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     out = tmp_path / "out"
     result = run_module(
         "sweeps.run", str(SMOKE), *SMALL, "--address", head.client, "--out", str(out),
@@ -64,7 +65,7 @@ def test_a_sweep_through_ray_client_records_every_trial(head, tmp_path):
 
 
 def test_ctrl_c_through_ray_client_then_the_printed_command_finishes(head, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     out = tmp_path / "out"
     env = {**head.env, "PYTHONPATH": str(ROOT), "TUNE_GLOBAL_CHECKPOINT_S": "0.1"}
     flags = ("--address", head.client)

@@ -21,6 +21,7 @@ from sweep_procs import (
     SMOKE,
     assert_no_duplicate_steps,
     children,
+    fresh_store,
     kill,
     metric_steps,
     reference_trials,
@@ -67,7 +68,7 @@ def test_driver_killed_at_random_points_then_resumed(tmp_path, pack):
     """``pack=2``: the same sweep in two packs of two (sweeps.spec.packing), killed and resumed."""
     rng = random.Random(2024)
     sets = [*SETS, f"sweep.pack={pack}"]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
 
     def n_results() -> int:
@@ -183,7 +184,7 @@ def test_a_driver_killed_mid_trial_leaves_every_trial_and_checkpoint(tmp_path):
 
     from sweeps.cluster import tunefix
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
     sets = [*SETS, "sweep.max_concurrent=1"]
 

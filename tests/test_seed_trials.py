@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from sweep_procs import SMOKE, children, start_sweep
+from sweep_procs import SMOKE, children, fresh_store, start_sweep
 
 from sweeps.spec.seed_trials import STEPS_KEY, SeedsFigure, uses_seed_trials
 from sweeps.spec.sweep_spec import SpecError, load_spec
@@ -62,7 +62,7 @@ def test_optuna_takes_seeds_as_trials_of_their_seeds(tmp_path):
 def test_an_optuna_sweep_over_seeds_records_every_seed(tmp_path):
     """The real command, with ASHA: every drawn config's three seeds end as child runs that
     differ in train.seed alone, and trials.csv and the table hold all of them."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     sets = ["sweep.scheduler={name: asha, grace_period: 1, max_t: 5}"]
     sets += ["base.train.max_steps=30", "sweep.checkpoint_every_s=10"]
     spec, _ = optuna_over_seeds(tmp_path, *sets)

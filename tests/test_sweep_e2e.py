@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 from mlflow import MlflowClient
-from sweep_procs import assert_diagnostics_logged
+from sweep_procs import assert_diagnostics_logged, fresh_store
 
 from sweeps.analysis.run_values import run_figures
 from sweeps.tracking import ui
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 def sweep(tmp_path_factory):
     """Run the smoke sweep once (a real subprocess with its own embedded Ray)."""
     tmp = tmp_path_factory.mktemp("e2e")
-    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    uri = fresh_store(tmp / "mlflow.db")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("MLFLOW_TRACKING_URI", None)
     result = subprocess.run(
@@ -196,7 +196,7 @@ def _trial_dirs(tmp: Path) -> set[str]:
 
 
 def test_overwrite_starts_a_fresh_sweep_without_mixing(tmp_path):
-    sweep = {"tmp": tmp_path, "uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    sweep = {"tmp": tmp_path, "uri": fresh_store(tmp_path / "mlflow.db")}
     one_trial = ["--set", "space.model.d_model=[16]", "--set", "space.train.seed=[0]"]
     one_trial += ["--set", "base.train.max_steps=10"]
     first = _sweep_command(sweep, *one_trial)

@@ -8,7 +8,7 @@ import pickle
 from pathlib import Path
 
 from mlflow import MlflowClient
-from sweep_procs import FakeTrial
+from sweep_procs import FakeTrial, fresh_store
 
 from arith.training.cost import describe
 from sweeps.analysis.run_values import run_figures
@@ -152,7 +152,7 @@ def test_training_metrics_keeps_the_trainers_numbers_only():
 
 
 def test_callback_against_sqlite(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     tracker = make_tracker(uri)
     drive(tracker)
     check_layout(uri, tracker)
@@ -160,7 +160,7 @@ def test_callback_against_sqlite(tmp_path):
 
 
 def test_state_round_trip_finds_the_runs_again(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     tracker = make_tracker(uri)
     tracker.start_parent("sweep: {name: tracking-test}\n")
     trial = FakeTrial("t_0", {})
@@ -187,7 +187,7 @@ def test_callback_against_a_server(mlflow_server):
 
 
 def test_writes_wait_in_order_while_the_store_is_away(tmp_path, monkeypatch):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     tracker = make_tracker(uri)
     tracker.start_parent("sweep: {name: tracking-test}\n")
     trial = FakeTrial("t_0", {})
@@ -216,7 +216,7 @@ def test_writes_wait_in_order_while_the_store_is_away(tmp_path, monkeypatch):
 def test_attach_takes_what_mlflow_holds_as_the_truth(tmp_path):
     """A driver killed after logging: a new tracker finds the child run and skips, key by key,
     every step MLflow already has, whatever Tune's (older) snapshot said."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     first = make_tracker(uri)
     parent = first.start_parent("sweep: {name: tracking-test}\n")
     trial = FakeTrial("t_0", {})
@@ -244,7 +244,7 @@ def test_attach_takes_what_mlflow_holds_as_the_truth(tmp_path):
 def test_writes_waiting_when_the_driver_dies_are_replayed_once(tmp_path, monkeypatch):
     """The store goes away, the driver dies with writes waiting: they are in the journal, and a
     resumed driver delivers them in order, skipping what MLflow already holds."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     journal = tmp_path / "outbox.jsonl"
     resolve = functools.partial(resolve_run_config, BASE, derived={})
     first = MLflowTracker(uri, "tracking-test", resolve, describe, journal=journal)
@@ -309,7 +309,7 @@ def test_spec_of_a_new_parent_waits_in_the_outbox_when_the_store_fails(tmp_path)
     # CI saw a server go down between the parent run and its spec artifact end the sweep.
     # Here a file stands where the artifact folder should be: the spec waits, the sweep goes
     # on, and it is delivered once the file is gone.
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     tracker = make_tracker(uri)
     store = tmp_path / "artifacts"
     experiment = tracker.client.create_experiment("tracking-test", artifact_location=str(store))
@@ -328,7 +328,7 @@ def test_spec_of_a_new_parent_waits_in_the_outbox_when_the_store_fails(tmp_path)
 def test_a_trial_that_errors_before_it_starts_still_gets_its_child_run(tmp_path):
     """Tune can end a trial in ERROR without on_trial_start (a reused actor lost during its
     reset, before sweeps.cluster.tunefix): MLflow must still show it, failed, with its params."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     tracker = make_tracker(uri)
     tracker.start_parent("sweep: {name: tracking-test}\n")
     trial = FakeTrial("t_7", {"model.d_model": 16}, status="ERROR", error_file="/x/error.txt")
@@ -355,7 +355,7 @@ def test_parent_run_carries_the_choice_on_validation_and_its_held_out_figures(tm
     from sweeps.spec.sweep_spec import load_spec
     from sweeps.tracking import ui
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     tracker = make_tracker(uri)
     tracker.start_parent("sweep: {name: tracking-test}\n")
     spec = load_spec(Path(__file__).resolve().parents[1] / "search_spaces" / "smoke.yaml")
@@ -390,7 +390,7 @@ def test_parent_run_carries_the_choice_on_validation_and_its_held_out_figures(tm
 def test_an_errored_trial_restarted_by_a_resume_logs_its_real_summary(tmp_path):
     """Issue 20: the stand-in summary of an errored trial is not train()'s; a resumed sweep
     that restarts the trial logs the real one (steps, best/*, steps to threshold, reason)."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     first = make_tracker(uri)
     parent = first.start_parent("sweep: {name: tracking-test}\n")
     trial = FakeTrial("t_0", {"model.d_model": 32}, error_file="/x/error.txt")
@@ -426,7 +426,7 @@ def test_an_errored_trial_restarted_by_a_resume_logs_its_real_summary(tmp_path):
 def test_an_end_of_sweep_done_again_after_a_resume_logs_each_parent_figure_once(tmp_path):
     """Issue 20: the fits and figures of the parent run, sent again by a resumed sweep's end
     (or replayed from the journal), add no second (key, step) pair and no changed param."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     first = make_tracker(uri)
     parent = first.start_parent("sweep: {name: tracking-test}\n")
     figures = ({"trials/total": 4.0, "fit/a": 1.5}, {"model.d_model": "[16, 32]"}, {"x": "1"})

@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 from mlflow import MlflowClient
+from sweep_procs import fresh_store
 
 from arith.training.cost import describe
 from sweeps.spec.packing import PACK_KEY, Member
@@ -33,7 +34,7 @@ def summary(step: int) -> dict:
 
 @pytest.fixture
 def uri(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return fresh_store(tmp_path / "mlflow.db")
 
 
 def make_records(uri: str, **kwargs) -> SweepRecords:

@@ -14,7 +14,7 @@ import pytest
 import ray
 import ray.cloudpickle
 from ray import tune
-from sweep_procs import SMOKE, children, start_sweep
+from sweep_procs import SMOKE, children, fresh_store, start_sweep
 
 from sweeps.cluster import tunefix
 from sweeps.runtime import lost as lost_trials
@@ -107,7 +107,7 @@ def test_checkpoints_are_kept_long_enough_for_a_snapshot():
 def test_max_concurrent_is_kept_by_resources(tmp_path):
     """sweep.max_concurrent=1 on a 2-CPU local Ray, all four trials made up front: their child
     runs in MLflow (started when Tune starts a trial, ended when it ends) never overlap."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     sets = ["base.train.max_steps=20", "sweep.max_concurrent=1"]
     proc = start_sweep(tmp_path, uri, sets)
     proc.wait(timeout=240)

@@ -15,6 +15,7 @@ from sweep_procs import (
     call_main,
     children,
     ctrl_c,
+    fresh_store,
     kill,
     metric_steps,
     result_lines,
@@ -34,7 +35,7 @@ STEPS = list(range(0, 201, 10))
 def test_ctrl_c_stops_resumably_and_resume_finishes(tmp_path, presses):
     """And, while it runs, the same sweep started again (or --resume'd, or --overwrite'n) in a
     second terminal: one line and exit 2, the first untouched (it stops and resumes whole)."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
     proc = start_sweep(tmp_path, uri, SETS, new_session=True)
     try:
@@ -117,7 +118,7 @@ def test_overwrite_deletes_only_a_folder_of_the_sweep(tmp_path, monkeypatch):
 def test_ctrl_c_while_the_tables_are_written_then_resume_finishes(tmp_path):
     """Every trial done, the end of the sweep under way (MLflow read back, tables and plots
     written): a Ctrl-C there leaves a sweep that --resume ends, with its tables whole."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path / "mlflow.db")
     proc = start_sweep(tmp_path, uri, ["base.train.max_steps=20"], new_session=True)
     try:
         ended = lambda: "4/4 done · 0 running" in (tmp_path / "run.err").read_text()  # noqa: E731
