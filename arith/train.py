@@ -15,7 +15,6 @@ from tqdm import tqdm
 
 from arith import config as config_lib
 from arith.cli import HelpFormatter, run_main
-from arith.training.trainer import train
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     config = config_lib.load(args.config, args.overrides)
     out = Path(args.out)
     resume_from = out if args.resume and (out / "checkpoint.pt").exists() else None
+    # torch's import (3-4 s on 2 cores) after the config is checked: --help and a config
+    # mistake answer at once
+    from arith.training.trainer import train
+
     bar = tqdm(total=None, disable=args.quiet, unit="step", dynamic_ncols=True, file=sys.stderr)
 
     shown: dict[str, str] = {}  # the bar's postfix: latest loss, and val exact match once known

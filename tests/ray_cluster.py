@@ -55,11 +55,13 @@ def _stop(sids: list[int], markers: list[str]) -> None:
             found |= _session_pids(sid, marker)
         return found
 
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    # One second's grace: what outlives SIGTERM that long (a worker or two) is killed; the
+    # nodes are the test's own and nothing of theirs is kept (4 s of grace cost each stop ~4 s).
+    for sig, grace_s in ((signal.SIGTERM, 1), (signal.SIGKILL, 4)):
         for pid in alive():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + 4
+        deadline = time.monotonic() + grace_s
         while alive() and time.monotonic() < deadline:
             time.sleep(0.3)
 
