@@ -33,7 +33,8 @@ def test_the_declared_range_is_stated_alike_everywhere():
     assert re.search(rf'OLDEST_RAY="{re.escape(oldest)}\.\d+"', ci), ci
     assert "pip install --quiet 'ray[default,tune]==${OLDEST_RAY}' && python -m pip check" in ci
     assert ci.index("==${OLDEST_RAY}") < ci.index("pytest -q -m faults")
-    assert 'pip install --quiet -e ".[dev]" "$@"' in (ROOT / ".ci" / "install").read_text()
+    # .ci/install takes further requirements (the oldest Ray) with the project
+    assert '-e ".[dev]" "$@"' in (ROOT / ".ci" / "install").read_text()
     assert ray.__version__.startswith(f"{oldest}.") or ray.__version__.startswith(f"{newest}.")
 
 
