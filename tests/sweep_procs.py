@@ -86,6 +86,17 @@ def start_sweep(
     )
 
 
+def run_to_end(tmp: Path, uri: str, sets: list[str], *, resume: bool = False, log: str = "run"):
+    """``python -m sweeps.run`` to its end; (exit code, stderr)."""
+    proc = start_sweep(tmp, uri, sets, resume=resume, log=log)
+    try:
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    return proc.returncode, (tmp / f"{log}.err").read_text()
+
+
 def ctrl_c(proc: subprocess.Popen) -> None:
     """Ctrl-C at a terminal: SIGINT to the foreground process group (``new_session``)."""
     os.killpg(proc.pid, signal.SIGINT)

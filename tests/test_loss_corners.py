@@ -23,6 +23,7 @@ from sweep_procs import (
     kill,
     metric_steps,
     result_lines,
+    run_to_end,
     start_sweep,
     wait_until,
 )
@@ -34,17 +35,6 @@ pytestmark = pytest.mark.slow
 
 # One trial of the smoke sweep, a few steps: the plumbing, cheaply.
 ONE_TRIAL = ["base.train.max_steps=10", "space.model.d_model=[32]", "space.train.seed=[0]"]
-
-
-def run_to_end(tmp: Path, uri: str, sets: list[str], *, resume: bool = False, log: str = "run"):
-    """``python -m sweeps.run`` to its end; (exit code, stderr)."""
-    proc = start_sweep(tmp, uri, sets, resume=resume, log=log)
-    try:
-        proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            kill(proc)
-    return proc.returncode, (tmp / f"{log}.err").read_text()
 
 
 def resume_command(tmp: Path, uri: str, sets: list[str]) -> list[str]:

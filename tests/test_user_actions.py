@@ -19,6 +19,7 @@ from sweep_procs import (
     kill,
     metric_steps,
     result_lines,
+    run_to_end,
     start_sweep,
     wait_until,
 )
@@ -68,12 +69,8 @@ def test_ctrl_c_stops_resumably_and_resume_finishes(tmp_path, presses):
         finished = sum(r.info.status == "FINISHED" for r in runs)
         assert table.startswith(partial_note(finished, 4)), table
 
-    proc = start_sweep(tmp_path, uri, SETS, resume=True, log="resume")
-    try:
-        assert proc.wait(timeout=300) == 0, (tmp_path / "resume.err").read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            kill(proc)
+    code, err = run_to_end(tmp_path, uri, SETS, resume=True, log="resume")
+    assert code == 0, err[-3000:]
     parents, runs = children(uri, "smoke")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len({r.data.tags["sweep.trial_id"] for r in runs}) == len(runs) == 4
@@ -151,12 +148,8 @@ def test_ctrl_c_while_ray_starts_then_while_the_tables_are_written_and_resume_fi
     err = (tmp_path / "resume.err").read_text()
     assert code in (0, 130) and "Traceback" not in err, err[-3000:]
     if code == 130:
-        proc = start_sweep(tmp_path, uri, sets, resume=True, log="resume2")
-        try:
-            assert proc.wait(timeout=300) == 0, (tmp_path / "resume2.err").read_text()[-3000:]
-        finally:
-            if proc.poll() is None:
-                kill(proc)
+        ended_code, err = run_to_end(tmp_path, uri, sets, resume=True, log="resume2")
+        assert ended_code == 0, err[-3000:]
     parents, runs = children(uri, "smoke")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
