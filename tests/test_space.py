@@ -206,6 +206,19 @@ def test_search_algorithm_and_scheduler():
     )
 
 
+def test_optuna_takes_list_choices_without_a_warning():
+    """Adam's betas drawn by Optuna: Tune's searcher turns the list choices into Optuna's
+    distribution (with its in-memory study) and the console shows no storage warning."""
+    import warnings
+
+    spec = make_spec({"optim.betas": {"choice": [[0.9, 0.95], [0.8, 0.95]]}}, search="optuna")
+    searcher = tune_space.search_algorithm(spec)
+    with warnings.catch_warnings(record=True) as shown:
+        searcher.set_search_properties("val/exact_match", "max", tune_space.param_space(spec))
+        assert searcher.suggest("t0")["optim.betas"] in ([0.9, 0.95], [0.8, 0.95])
+    assert not [str(w.message) for w in shown if "categorical" in str(w.message)]
+
+
 def test_trainable_reports_numbers_only():
     metrics = {
         "step": 10,

@@ -8,6 +8,7 @@ Tune's objects for the Tuner (``sweeps.runtime.tuner``) and the dry run.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 from sweeps.spec.packing import PACK_KEY, Member
@@ -49,6 +50,9 @@ def search_algorithm(spec):
         from ray.tune.search.optuna import OptunaSearch
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # Optuna warns of a list choice (Adam's betas, a coupled pair) that its persistent
+        # storages could not keep; Tune's searcher keeps its study in memory, where it can.
+        warnings.filterwarnings("ignore", "Choices for a categorical distribution", UserWarning)
         sampler = optuna.samplers.TPESampler(seed=s.seed)
         return OptunaSearch(metric=s.metric, mode=s.mode, sampler=sampler)
     from ray.tune.search import BasicVariantGenerator
