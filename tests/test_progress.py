@@ -42,6 +42,17 @@ def test_the_best_of_a_loss_is_the_lowest_latest_value_and_packs_count_members()
     assert line.best == 0.3  # member 0 ended at 0.5: its 0.1 is a peak the sweep never uses
 
 
+def test_over_seeds_the_best_is_a_configs_figure_not_its_luckiest_seed():
+    # recipe_addition's line showed "best val/steps_to_threshold 1500": one seed's step, where
+    # its config's figure (two seeds short of 99 %) was worse and the searcher saw that one
+    line = ProgressLine("s", 3, "val/steps_to_threshold", "min", stream=io.StringIO(),
+                        pack_sizes=3, over_seeds=True)  # fmt: skip
+    config = trial("a_00000")
+    seeds = {"0": {"val/steps_to_threshold": 1500}, "1": {}, "2": {}}
+    line.on_trial_result(0, [config], config, {"val/steps_to_threshold": 1573, "members": seeds})
+    assert line.best == 1573
+
+
 def test_a_resumed_line_counts_the_trials_it_took_over():
     # A Ctrl-C left one trial finished and two with checkpoints; the resume's first line said
     # 0/4 done with no word of them, and its best started from nothing.

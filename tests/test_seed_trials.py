@@ -79,5 +79,7 @@ def test_an_optuna_sweep_over_seeds_records_every_seed(tmp_path):
     trials = (tmp_path / "out" / "smoke" / "trials.csv").read_text().strip().splitlines()
     assert len(trials) == 1 + 9
     assert "9/9 done" in (tmp_path / "run.err").read_text()
+    # the best is a drawn config, judged as the searcher judged it: by its worst seed
+    assert "(its config's worst seed)" in (tmp_path / "run.out").read_text()
     saved = yaml.safe_load((tmp_path / "out" / "smoke" / "spec.yaml").read_text())
     assert saved["sweep"]["seeds"] == [0, 1, 2]

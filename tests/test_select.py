@@ -162,6 +162,57 @@ def test_best_trial_on_a_loss_takes_the_lowest_and_ties_go_to_the_first_trial():
     assert best_trial(trials.assign(**{VAL: float("nan")}), VAL, "max") is None
 
 
+def _seed_trials(steps: dict[str, list[float]], accuracy: float = 0.9) -> pd.DataFrame:
+    """Optuna's trials over seeds (rows ``<id>s<seed>``) and each seed's steps to 99 %
+    validation exact match in a budget of 1500 steps; NaN: never there (``accuracy``)."""
+    rows = [
+        {
+            "trial_id": f"{config}s{seed}",
+            "run_id": f"r{config}{seed}",
+            "train.seed": seed,
+            "train.threshold": 0.99,
+            "train.max_steps": 1500,
+            "val/steps_to_threshold": value,
+            VAL: accuracy if value != value else 0.995,
+            TEST: 0.9 + 0.01 * seed,
+        }
+        for config, values in steps.items()
+        for seed, value in enumerate(values)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_a_config_over_seeds_is_chosen_by_its_worst_seed(tmp_path):
+    """The searcher judged each drawn config by its slowest seed (sweeps.spec.seed_trials): the
+    sweep's best is the config whose worst seed is fastest, not the luckiest seed, and the
+    row shown is that worst seed's, with the config's figure."""
+    from sweeps.runtime.report import OVER_SEEDS, _chosen_text, best_trial
+
+    nan = float("nan")
+    trials = _seed_trials({"a_00000": [900, 1000, nan], "b_00001": [1200, 1400, 1300]})
+    per_seed = best_trial(trials, "val/steps_to_threshold", "min")
+    assert per_seed["trial_id"] == "a_00000s0"  # what choosing among seeds would show
+    best = best_trial(trials, "val/steps_to_threshold", "min", over_seeds=True)
+    assert best["trial_id"] == "b_00001s1"
+    assert best["val/steps_to_threshold"] == 1400
+    assert best[OVER_SEEDS] == "its config's worst seed"
+    assert "steps_to_threshold 1400 (its config's worst seed)" in _chosen_text(
+        "val/steps_to_threshold", best
+    )
+    # a seed short of the threshold counts its budget plus the share it missed: 1500 * 1.1
+    slow = _seed_trials({"b_00000": [nan, nan, nan], "a_00001": [900, nan, nan]}, 0.891)
+    slow.loc[slow["trial_id"].str.startswith("b"), VAL] = 0.792  # 1500 * 1.2
+    chosen = best_trial(slow, "val/steps_to_threshold", "min", over_seeds=True)
+    assert chosen["trial_id"] == "a_00001s1"
+    assert chosen["val/steps_to_threshold"] == pytest.approx(1650.0)
+    # another metric: the mean over seeds the searcher saw; a config missing a seed's is not
+    # chosen; the row shown is the chosen config's worst seed
+    accuracy = trials.assign(**{VAL: [0.99, 0.98, 0.97, 0.995, 0.99, nan]})
+    best_val = best_trial(accuracy, VAL, "max", over_seeds=True)
+    assert best_val["trial_id"] == "a_00000s2"
+    assert best_val[VAL] == pytest.approx(0.98) and best_val[OVER_SEEDS] == "its config's mean"
+
+
 def test_best_trial_line_says_it_was_chosen_on_validation(tmp_path):
     from sweeps.runtime.report import _best_lines, best_trial
     from sweeps.spec.sweep_spec import parse_spec

@@ -14,6 +14,7 @@ from arith.cli import one_line
 from sweeps.analysis.store import masked
 from sweeps.runtime.interrupt import CtrlC
 from sweeps.runtime.report import best_trial, held_out_figures, print_summary
+from sweeps.spec.seed_trials import uses_seed_trials
 from sweeps.spec.sweep_spec import SweepSpec
 
 
@@ -71,7 +72,9 @@ def _write_outputs(spec: SweepSpec, tracker, out_dir: Path) -> dict[str, Any] | 
         print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
         return None
     trials, curves, axes = _read_back(spec, tracker)
-    best = best_trial(trials, spec.sweep.metric, spec.sweep.mode)
+    best = best_trial(
+        trials, spec.sweep.metric, spec.sweep.mode, over_seeds=uses_seed_trials(spec.sweep)
+    )
     paths = collect.write_outputs(
         trials, curves, spec.tables, out_dir, metric=spec.sweep.metric, axes=axes
     )

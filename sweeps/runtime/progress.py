@@ -70,8 +70,12 @@ class ProgressLine(Callback):
         interval_s: float = 0.5,
         pack_sizes: list[int] | int | None = None,
         resumed: bool = False,
+        over_seeds: bool = False,
     ) -> None:
         self.name, self.total, self.metric, self.mode = name, total, metric, mode
+        # Optuna's trials over seeds: the best is a config's figure (its worst seed's), which
+        # a report carries beside its seeds' own (sweeps.spec.seed_trials), not a seed's
+        self.over_seeds = over_seeds
         self.pack_sizes = pack_sizes
         self.stream = stream or sys.stderr
         self.interval_s = interval_s
@@ -128,6 +132,9 @@ class ProgressLine(Callback):
     def _consider(self, trial, result: dict | None) -> None:
         # A packed sweep reports its members' metrics under "members" (sweeps.spec.packing).
         members = (result or {}).get("members")
+        # getattr: a line pickled by an earlier version, restored by --resume, has no flag
+        if getattr(self, "over_seeds", False):
+            members = None
         reported = members if members else {"": result or {}}
         for member, metrics in reported.items():
             value = metrics.get(self.metric)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sweeps.spec.seed_trials import STEPS_KEY, SeedsFigure
 from sweeps.spec.sweep_spec import SweepSpec
 
 
@@ -82,18 +83,27 @@ def _missing_line(spec: SweepSpec, trials) -> str | None:
 TIE_BREAK = "val/loss"
 
 
-def best_trial(trials, metric: str, mode: str) -> dict[str, Any] | None:
+def best_trial(trials, metric: str, mode: str, over_seeds: bool = False) -> dict[str, Any] | None:
     """The trials row (a dict) the sweep chooses: the best ``metric`` (a validation or training
     metric, sweeps.spec), ties going to the lower ``val/loss`` where reported, then to the
     first trial by id; None when no trial has the metric. The one place a best trial is
-    picked: the printed summary, the parent run and its tags all show this one."""
+    picked: the printed summary, the parent run and its tags all show this one.
+
+    ``over_seeds`` (Optuna's trials over seeds, ``sweeps.spec.seed_trials``): a config is
+    chosen on the figure the searcher saw (``config_figures``); the row is its worst seed's,
+    with that figure as its ``metric`` and ``OVER_SEEDS`` saying what it is."""
     import pandas as pd
 
-    if metric not in trials.columns or trials.empty:
+    # over seeds, a column of steps to the threshold may be missing: no seed got there yet
+    if trials.empty or (metric not in trials.columns and not over_seeds):
         return None
-    keys = {"_score": pd.to_numeric(trials[metric], errors="coerce")}
-    if mode == "max":
-        keys["_score"] = -keys["_score"]
+    sign = -1 if mode == "max" else 1
+    keys = {"_score": _numbers(trials, metric, float("nan"))}
+    if over_seeds:
+        seeds = seed_figures(trials, metric)
+        keys["_score"] = config_figures(trials, seeds, metric, mode)
+        keys["_worst_seed_first"] = -sign * seeds
+    keys["_score"] = sign * keys["_score"]
     if TIE_BREAK in trials.columns and metric != TIE_BREAK:
         keys["_tie"] = pd.to_numeric(trials[TIE_BREAK], errors="coerce")
     if "trial_id" in trials.columns:
@@ -104,7 +114,58 @@ def best_trial(trials, metric: str, mode: str) -> dict[str, Any] | None:
     if ranked.empty:
         return None
     ranked = ranked.sort_values(list(keys), kind="stable", na_position="last")
-    return ranked.iloc[0].drop(list(keys)).to_dict()
+    best = ranked.iloc[0].drop(list(keys)).to_dict()
+    if over_seeds:
+        best[metric] = sign * float(ranked["_score"].iloc[0])
+        best[OVER_SEEDS] = "its config's worst seed" if metric == STEPS_KEY else "its config's mean"
+    return best
+
+
+OVER_SEEDS = "_figure_over_seeds"
+"""In a best trial chosen over seeds: what its ``metric``, its config's figure, is."""
+
+
+def seed_figures(trials, metric: str):
+    """Each seed trial's own figure as ``SeedsFigure`` counts it: ``val/steps_to_threshold``,
+    or for a seed that never reached its threshold, its budget plus the share it missed; any
+    other metric as it is."""
+    import pandas as pd
+
+    values = _numbers(trials, metric, float("nan"))
+    if metric != STEPS_KEY:
+        return values
+    accuracy = _numbers(trials, "val/exact_match", 0.0)
+    thresholds = _numbers(trials, "train.threshold", 0.95)
+    budgets = _numbers(trials, "train.max_steps", _numbers(trials, "steps", 0.0))
+    figures = []
+    for index in trials.index:
+        seed = SeedsFigure([thresholds[index]], [budgets[index]])
+        steps = values[index]
+        report = {"val/exact_match": accuracy[index]} | (
+            {} if steps != steps else {STEPS_KEY: steps}
+        )
+        figures.append(seed.update({0: report})[STEPS_KEY])
+    return pd.Series(figures, index=trials.index)
+
+
+def config_figures(trials, seeds, metric: str, mode: str):
+    """Each row's config's figure (the rows ``<id>s<seed>`` of one drawn config) as
+    ``SeedsFigure`` gives it to the searcher: steps to the threshold its worst seed's, any
+    other metric the mean over its seeds; none where a seed has none."""
+    configs = trials["trial_id"].astype(str).str.replace(r"s\d+$", "", regex=True)
+    over = ("min" if mode == "max" else "max") if metric == STEPS_KEY else "mean"
+    return seeds.groupby(configs).transform(
+        lambda s: getattr(s, over)() if s.notna().all() else float("nan")
+    )
+
+
+def _numbers(trials, column: str, default):
+    """A numeric column, ``default`` (a number or a Series) where absent or empty."""
+    import pandas as pd
+
+    if column not in trials.columns:
+        return pd.Series(default, index=trials.index)
+    return pd.to_numeric(trials[column], errors="coerce").fillna(default)
 
 
 def held_out_figures(best: dict[str, Any]) -> dict[str, float]:
@@ -128,6 +189,8 @@ def _chosen_text(metric: str, best: dict[str, Any]) -> str:
     """``chosen on val/exact_match 1; test/exact_match 0.998, ood/exact_match 0.4``."""
     headline = {k: v for k, v in held_out_figures(best).items() if k.endswith("/exact_match")}
     text = f"chosen on {metric} {float(best[metric]):.4g}"
+    if best.get(OVER_SEEDS):
+        text += f" ({best[OVER_SEEDS]})"
     if headline:
         text += "; " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(headline.items()))
     return text

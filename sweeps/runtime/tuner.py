@@ -69,8 +69,9 @@ def build_tuner(
         pack_sizes = len(s.seeds)
     total = state["extend_trials"] if extended else space.n_trials(spec)
     progress = ProgressLine(
-        spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes, resumed=resume
-    )
+        spec.name, total, s.metric, s.mode, pack_sizes=pack_sizes, resumed=resume,
+        over_seeds=uses_seed_trials(s),
+    )  # fmt: skip
     trainable = tune.with_resources(trainable, tuning.trial_resources(spec, placement, slots))
     lost = LostTrials(s.max_failures)
     callbacks = [bind_callbacks(spec.name, [tracker, progress, lost]), JsonLoggerCallback()]
