@@ -140,10 +140,9 @@ def seed_figures(trials, metric: str):
     figures = []
     for index in trials.index:
         seed = SeedsFigure([thresholds[index]], [budgets[index]])
-        steps = values[index]
-        report = {"val/exact_match": accuracy[index]} | (
-            {} if steps != steps else {STEPS_KEY: steps}
-        )
+        report = {"val/exact_match": accuracy[index]}
+        if values[index] == values[index]:  # not NaN: the step it reached the threshold
+            report[STEPS_KEY] = values[index]
         figures.append(seed.update({0: report})[STEPS_KEY])
     return pd.Series(figures, index=trials.index)
 
