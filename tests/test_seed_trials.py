@@ -8,7 +8,13 @@ import pytest
 import yaml
 from sweep_procs import SMOKE, children, fresh_store, start_sweep
 
-from sweeps.spec.seed_trials import STEPS_KEY, SeedsFigure, uses_seed_trials
+from sweeps.spec.seed_trials import (
+    STEPS_KEY,
+    SeedsFigure,
+    drawn_trial_id,
+    seed_trial_id,
+    uses_seed_trials,
+)
 from sweeps.spec.sweep_spec import SpecError, load_spec
 
 
@@ -46,6 +52,12 @@ def test_the_figure_is_the_worst_seeds_steps_to_its_threshold():
     restored = SeedsFigure([0.9, 0.9], [100, 100])
     summary = restored.update({0: {STEPS_KEY: 20, "val/exact_match": 0.95}, 1: {STEPS_KEY: 30}})
     assert summary[STEPS_KEY] == 30.0
+
+
+def test_a_seed_trials_id_leads_back_to_its_drawn_config():
+    assert seed_trial_id("abcde_00013", 2) == "abcde_00013s2"
+    assert drawn_trial_id("abcde_00013s2") == "abcde_00013"
+    assert drawn_trial_id("abcde_00013s12") == "abcde_00013"
 
 
 def test_optuna_takes_seeds_as_trials_of_their_seeds(tmp_path):

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweeps.spec.seed_trials import STEPS_KEY, SeedsFigure
+from sweeps.spec.seed_trials import STEPS_KEY, SeedsFigure, drawn_trial_id
 from sweeps.spec.sweep_spec import SweepSpec
 
 
@@ -151,7 +151,7 @@ def config_figures(trials, seeds, metric: str, mode: str):
     """Each row's config's figure (the rows ``<id>s<seed>`` of one drawn config) as
     ``SeedsFigure`` gives it to the searcher: steps to the threshold its worst seed's, any
     other metric the mean over its seeds; none where a seed has none."""
-    configs = trials["trial_id"].astype(str).str.replace(r"s\d+$", "", regex=True)
+    configs = trials["trial_id"].astype(str).map(drawn_trial_id)
     over = ("min" if mode == "max" else "max") if metric == STEPS_KEY else "mean"
     return seeds.groupby(configs).transform(
         lambda s: getattr(s, over)() if s.notna().all() else float("nan")

@@ -12,6 +12,7 @@ slowest seed, not its luckiest.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 SEED_KEY = "train.seed"
@@ -31,6 +32,11 @@ def seed_points(config: dict[str, Any], seeds: list[int]) -> list[dict[str, Any]
 def seed_trial_id(trial_id: str, seed: int) -> str:
     """``abcde_00003`` (Optuna's trial) and seed 2 -> ``abcde_00003s2``."""
     return f"{trial_id}s{seed}"
+
+
+def drawn_trial_id(seed_trial: str) -> str:
+    """``seed_trial_id``'s inverse: ``abcde_00003s2`` -> ``abcde_00003``, the drawn config's."""
+    return re.sub(r"s\d+$", "", seed_trial)
 
 
 class SeedsFigure:
