@@ -97,13 +97,13 @@ def best_trial(trials, metric: str, mode: str, over_seeds: bool = False) -> dict
     # over seeds, a column of steps to the threshold may be missing: no seed got there yet
     if trials.empty or (metric not in trials.columns and not over_seeds):
         return None
-    sign = -1 if mode == "max" else 1
-    keys = {"_score": _numbers(trials, metric, float("nan"))}
+    sign = -1 if mode == "max" else 1  # every key sorts ascending
     if over_seeds:
         seeds = seed_figures(trials, metric)
-        keys["_score"] = config_figures(trials, seeds, metric, mode)
+        keys = {"_score": sign * config_figures(trials, seeds, metric, mode)}
         keys["_worst_seed_first"] = -sign * seeds
-    keys["_score"] = sign * keys["_score"]
+    else:
+        keys = {"_score": sign * _numbers(trials, metric, float("nan"))}
     if TIE_BREAK in trials.columns and metric != TIE_BREAK:
         keys["_tie"] = pd.to_numeric(trials[TIE_BREAK], errors="coerce")
     if "trial_id" in trials.columns:
