@@ -152,7 +152,7 @@ def test_op_weights_respected():
     assert chi2 < 25, (counts, chi2)  # 3 degrees of freedom: P(chi2 > 25) < 1e-4
 
 
-@pytest.mark.parametrize("operation", ["add", "sub", "div"])
+@pytest.mark.parametrize("operation", ["add", "sub", "mul", "div"])
 def test_modular_enumerate_all(operation):
     p = 97
     task = TaskConfig("modular", modulus=p, operation=operation)
@@ -166,6 +166,8 @@ def test_modular_enumerate_all(operation):
             assert c == (a + b) % p
         elif operation == "sub":
             assert c == (a - b) % p
+        elif operation == "mul":
+            assert c == a * b % p
         else:
             assert b != 0 and a == b * c % p and 0 <= c < p
 
@@ -277,7 +279,7 @@ def test_take_and_concat():
         ({"max_items": 0}, "task.max_items"),
         ({"name": "division"}, "task.name"),
         ({"operand_lengths": "random"}, "task.operand_lengths"),
-        ({"operation": "mul"}, "task.operation"),
+        ({"operation": "pow"}, "task.operation"),
     ],
 )
 def test_bad_task_config(kwargs, path):

@@ -31,7 +31,7 @@ MAX_DIGITS = _sampling.MAX_DIGITS
 MAX_ENUMERABLE = 5_000_000
 # Modular products b * b must stay in int64 for the vectorised modular inverse.
 MAX_MODULUS = 2**31
-_MODULAR_SYMBOL = {"add": "+", "sub": "-", "div": "/"}
+_MODULAR_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
 def _is_prime(p: int) -> bool:
@@ -58,8 +58,9 @@ class TaskConfig:
     op_weights: tuple[float, ...] | None = None
     # modular only: the prime p.
     modulus: int = 97
-    # modular only: a + b, a - b or a / b (c with a == b * c mod p, b != 0).
-    operation: Literal["add", "sub", "div"] = "add"
+    # modular only: a + b, a - b, a * b (Grokfast's task) or a / b (c with a == b * c mod p,
+    # b != 0: grokking's).
+    operation: Literal["add", "sub", "mul", "div"] = "add"
     # sorting only: the number of items is uniform in 1..max_items (at most 26 letters).
     max_items: int = 5
 

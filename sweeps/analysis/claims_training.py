@@ -75,11 +75,26 @@ GROKFAST_SPEEDUP = 5.0
 steps to 95 % validation with the filter than without (Lee et al. report about 50x)."""
 
 
+GROKFAST_PAPER_SWEEP = "grokfast_paper"
+"""The companion sweep: Grokfast's own setting (multiplication mod 97 on a 50 % split, two
+layers, weight decay 0.005, no gradient clipping, as the paper's code trains)."""
+
+
 def grokfast(frames: Frames) -> list[str]:
+    """The filter against none in the space's setting, then in the paper's own (the companion
+    sweep), when it ran."""
+    out = _grokfast_arms(frames["main"])
+    paper = frames.get(GROKFAST_PAPER_SWEEP)
+    where = f"In Grokfast's own setting (the companion sweep {GROKFAST_PAPER_SWEEP})"
+    if paper is None or paper.empty:
+        return [*out, f"{where}: **not run**."]
+    return [*out, *(f"{where}, {line[0].lower()}{line[1:]}" for line in _grokfast_arms(paper))]
+
+
+def _grokfast_arms(trials: pd.DataFrame) -> list[str]:
     """Steps to 95 % validation with and without the gradient filter (``optim.grad_filter``),
     mean ± std over seeds, and their ratio against GROKFAST_SPEEDUP. A seed that never reached
     95 % counts at its last step, so an arm's mean is then a lower bound (said so)."""
-    trials = frames["main"]
     arm = trials.get("optim.grad_filter", pd.Series(np.nan, index=trials.index))
     val = column(trials, "val/exact_match")
     steps = column(trials, "val/steps_to_threshold")

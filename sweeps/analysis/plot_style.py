@@ -111,7 +111,12 @@ FORMAT_WORDS = {
     "carry_trace": "carry traces",
     "base100": "base 100",
 }
-MODULAR_WORDS = {"add": "addition", "sub": "subtraction", "div": "division"}
+MODULAR_WORDS = {
+    "add": "addition",
+    "sub": "subtraction",
+    "mul": "multiplication",
+    "div": "division",
+}
 
 
 def task_words(config: Mapping[str, object]) -> str:
