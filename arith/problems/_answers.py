@@ -56,8 +56,8 @@ def _mod_pow(base: np.ndarray, exponent: int, p: int) -> np.ndarray:
 
 
 def modular(operation: str, p: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a op b mod p`` for int64 arrays (operands below p: a product fits int64 for any p
-    under 3 billion); ``div``: c with a == b * c (mod p), via Fermat's inverse.
+    """``a op b mod p`` for int64 arrays (operands below p <= tasks.MAX_MODULUS = 2**31, so a
+    product fits int64); ``div``: c with a == b * c (mod p), via Fermat's inverse.
 
     ``div, p=97``: 20 / 74 -> 20 * 74**95 % 97.
     """
