@@ -145,3 +145,31 @@ def test_evaluate_set_encodes_each_format_once_and_breakdowns_false_keeps_its_nu
     assert brief == {key: full[key] for key in brief}
     assert set(brief) <= {"exact_match", "loss", "token_accuracy"}
     assert "exact_match" in brief and ("token_accuracy" in brief) == (reference is None)
+
+
+def test_decoding_in_chunks_of_alike_answers_reads_each_row_as_if_decoded_alone(monkeypatch):
+    """A set of mixed answer lengths (multi_op's traces) decodes in chunks of alike expected
+    answers, each only to its own longest answer plus one, where every chunk ran to the set's
+    longest; what a row reads is what it reads decoded alone, cut after its answer plus one."""
+    dataset, gpt = _setup(CASES["carry_trace-division"][0])
+    fmt = dataset.format
+    model = EndsSometimes(gpt, fmt.eos_id, 3)  # rows end at varied steps, some never
+    problems = dataset.eval_sets["val"]
+    lengths = fmt.encode(problems).answer_len
+    assert len(np.unique(lengths)) >= 4, "a set of mixed answer lengths"
+    budgets: list[int] = []
+    real = decode.greedy_decode
+
+    def counting(model, prompts, n_tokens, eos_id):
+        budgets.append(n_tokens)
+        return real(model, prompts, n_tokens, eos_id)
+
+    monkeypatch.setattr(decode, "greedy_decode", counting)
+    together = decode.generate_ids(model, fmt, problems, CPU, batch_size=16)
+    assert together.shape == (len(problems), lengths.max() + 1)
+    assert sum(budgets) < len(budgets) * (lengths.max() + 1), budgets
+    for row in range(0, len(problems), 5):
+        alone = decode.generate_ids(model, fmt, problems.take([row]), CPU, batch_size=1)[0]
+        assert np.array_equal(together[row, : len(alone)], alone), row
+        assert (together[row, len(alone) :] == fmt.eos_id).all(), row
+        assert len(alone) == lengths[row] + 1

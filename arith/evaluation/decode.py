@@ -76,8 +76,9 @@ def generate_ids(
 ) -> np.ndarray:
     """The model's greedy continuation of each problem's prompt, (N, max_new_tokens) token ids.
 
-    The default budget is the longest expected answer plus one token, so a row that repeats the
-    answer or never ends is seen to run past it.
+    The default budget is each row's expected answer plus one token, so a row that repeats the
+    answer or never ends is seen to run past it; the array is as wide as the set's longest
+    answer plus one, EOS after a row's budget.
 
     The answer tokens the training loss never sees (``format.mask_first_n`` of ``reference``,
     default ``fmt``) are fed in after the prompt, as teacher forcing feeds them, and stand
@@ -123,21 +124,34 @@ def generate_member_ids(
     chunk_rows = rows_per_member(batch_size, members)
     # EOS is always the model's own: a row whose mask covers its whole answer still must end
     forced = np.minimum(reference.config.mask_first_n, answers.answer_len - 1)
-    generated = np.empty((members, len(problems), limit), dtype=np.int64)
+    # columns past a row's budget are EOS, as a row that ended writes them
+    generated = np.full((members, len(problems), limit), fmt.eos_id, dtype=np.int64)
     groups = np.unique(np.stack([encoded.prompt_len, forced], axis=1), axis=0)
     for length, n in groups.tolist():  # prompts of one length, the same tokens fed in
         rows = np.flatnonzero((encoded.prompt_len == length) & (forced == n))
+        # Chunks of alike expected answers, each decoded to its longest answer plus one: a
+        # chunk runs until its every row ends, so mixed lengths (multi_op's traces: 19 to 290
+        # tokens) would run every chunk to the set's longest, and an untrained model's every
+        # chunk to the set's budget. Each row is then cut after its own answer plus one token,
+        # so what a row reads does not depend on the rows decoded beside it.
+        rows = rows[np.argsort(answers.answer_len[rows], kind="stable")]
         for start in range(0, len(rows), chunk_rows):
             chunk = rows[start : start + chunk_rows]
+            budget = max_new_tokens or int(answers.answer_len[chunk].max()) + 1
             given = _answer_prefix(answers, chunk, n)  # (len(chunk), n)
             prompts = np.concatenate([encoded.tokens[chunk, :length], given], axis=1)
-            generated[:, chunk, :n] = given[None, :, :limit]
-            if n < limit:
+            decoded = np.empty((members, len(chunk), budget), dtype=np.int64)
+            decoded[:, :, :n] = given[None, :, :budget]
+            if n < budget:
                 every_member = np.tile(prompts, (members, 1))  # (M * len(chunk), T)
                 out = greedy_decode(
-                    model, torch.from_numpy(every_member).to(device), limit - n, fmt.eos_id
+                    model, torch.from_numpy(every_member).to(device), budget - n, fmt.eos_id
                 )
-                generated[:, chunk, n:] = out.cpu().numpy().reshape(members, len(chunk), -1)
+                decoded[:, :, n:] = out.cpu().numpy().reshape(members, len(chunk), -1)
+            if not max_new_tokens:
+                past_own = np.arange(budget)[None, :] > answers.answer_len[chunk, None]
+                decoded[:, past_own] = fmt.eos_id
+            generated[:, chunk, :budget] = decoded
     return generated
 
 
