@@ -125,7 +125,7 @@ def collect_sweep(
         record = {
             "command": f"python -m sweeps.run (parent run {parent.info.run_id})",
             "wall_s": round((end - parent.info.start_time) / 1000, 1),
-            "machine": "not recorded (times from the MLflow parent run)",
+            "machine": "a machine not recorded (times from the MLflow parent run)",
         }
     record = {**record, "unfinished": left_out}
     figures = plots_for(trials, curves, metric) if not trials.empty else {}
