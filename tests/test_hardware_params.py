@@ -75,6 +75,20 @@ def test_auto_on_a_cpu_takes_bf16_only_where_it_is_in_hardware_and_pays(monkeypa
     assert resolved_precision(cpu, "fp32", 128) == "fp32"
 
 
+@pytest.mark.parametrize("supported", [True, False])
+def test_auto_on_cuda_takes_bf16_only_from_width_512(monkeypatch, supported):
+    """On an H200 fp32 trained faster than bf16 autocast at 100K, 1M and 3M parameters (2 x 64 to
+    4 x 256, docs/gpu.md): ``auto`` keeps small models in fp32 on CUDA and takes bf16 from width
+    512 where the card has it. No GPU is needed to ask: the device is only named."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: supported)
+    cuda = torch.device("cuda")
+    assert resolved_precision(cuda, "auto", 64) == "fp32"
+    assert resolved_precision(cuda, "auto", 256) == "fp32"
+    assert resolved_precision(cuda, "auto", 512) == ("bf16" if supported else "fp32")
+    assert resolved_precision(cuda, "auto") == "fp32"
+    assert resolved_precision(cuda, "bf16", 64) == "bf16"
+
+
 def test_native_bf16_is_read_off_the_cpus_flags():
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
     expected = any(f" {flag}" in flags for flag in hardware.NATIVE_BF16_FLAGS)

@@ -30,6 +30,12 @@ CPU_BF16_FROM_WIDTH = 64
 # oneDNN emulates bf16: on an AVX2-only AMD EPYC (2026-11-28) 60 steps of the main job's 128 x 2
 # took 107 s in bf16 against 13.8 s in fp32.
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+# Where bf16 autocast pays on CUDA: not below width 512. On an H200 (docs/gpu.md, 2026-11-26,
+# python -m arith.bench --device cuda) small models are launch-bound and the casts add kernels:
+# fp32 against bf16 steps/s 84.1 / 81.6 at 100K (2 x 64), 75.3 / 56.5 at 1M (4 x 128), 60.0 /
+# 48.0 at 3M (4 x 256). From 512 wide bf16 is kept (its matmul peak is 15x fp32's there; not
+# yet measured against fp32 at that width).
+CUDA_BF16_FROM_WIDTH = 512
 
 
 @functools.cache
@@ -47,17 +53,22 @@ def cpu_has_native_bf16() -> bool:
 
 
 def resolved_precision(device: torch.device, precision: str, d_model: int | None = None) -> str:
-    """``train.precision`` as the run trains: bf16 or fp32 where named; ``auto`` picks bf16 on a
-    CUDA device that has it, and on a CPU with bf16 in hardware for models ``d_model`` >=
-    CPU_BF16_FROM_WIDTH wide; else fp32 (an emulated bf16 is many times slower)."""
+    """``train.precision`` as the run trains: bf16 or fp32 where named; ``auto`` picks bf16 for
+    models ``d_model`` >= CUDA_BF16_FROM_WIDTH wide on a CUDA device that has it, and >=
+    CPU_BF16_FROM_WIDTH on a CPU with bf16 in hardware; else fp32 (smaller models are faster
+    in fp32 on a GPU; an emulated bf16 is many times slower on a CPU)."""
     if precision != "auto":
         return precision
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    wide = d_model is not None and d_model >= CPU_BF16_FROM_WIDTH
-    if device.type == "cpu" and wide and cpu_has_native_bf16():
-        return "bf16"
+        return _bf16_from(d_model, CUDA_BF16_FROM_WIDTH, torch.cuda.is_bf16_supported)
+    if device.type == "cpu":
+        return _bf16_from(d_model, CPU_BF16_FROM_WIDTH, cpu_has_native_bf16)
     return "fp32"
+
+
+def _bf16_from(d_model: int | None, width: int, has_bf16) -> str:
+    """bf16 for models at least ``width`` wide where ``has_bf16()`` (asked only then), else fp32."""
+    return "bf16" if d_model is not None and d_model >= width and has_bf16() else "fp32"
 
 
 def autocast_for(device: torch.device, precision: str, d_model: int | None = None):

@@ -62,7 +62,9 @@ class TrainConfig:
     device: str = "auto"
     """``auto`` (CUDA, then MPS, then CPU), or a torch device string."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """``auto``: bf16 autocast on CUDA devices that support it, fp32 elsewhere."""
+    """``auto``: bf16 autocast where it was measured to pay (``arith.training.device``): from
+    width 512 on CUDA devices that support it, from width 64 on CPUs with bf16 in hardware;
+    fp32 elsewhere. The resolved one is the run's ``hardware.precision``."""
     compile: bool = False
     """``torch.compile`` the training forward pass (``mode="reduce-overhead"``, CUDA graphs, on
     CUDA); off by default: ``python -m arith.bench --compile`` on 2 CPU cores (2026-11-26) gave
