@@ -119,10 +119,42 @@ def _grokfast_arms(trials: pd.DataFrame) -> list[str]:
     if len(means) < 2 or not np.isfinite(means["none"]) or not means["ema"] > 0:
         return [*out, f"{claim}: {NOT_MEASURED}."]
     if not complete["ema"]:
-        return [*out, f"{claim}: {verdict_of(False)} (not every seed grokked with the filter)."]
+        verdict = f"{claim}: {verdict_of(False)} (not every seed grokked with the filter)."
+        return [*out, verdict, *_grokfast_why(arm, trials)]
     ratio = means["none"] / means["ema"]
     at_least = "" if complete["none"] else "at least "  # the baseline's seeds cut by the budget
-    return [*out, f"{claim}: {verdict_of(ratio >= GROKFAST_SPEEDUP)} ({at_least}{ratio:.1f}x)."]
+    verdict = f"{claim}: {verdict_of(ratio >= GROKFAST_SPEEDUP)} ({at_least}{ratio:.1f}x)."
+    return [*out, verdict, *_grokfast_why(arm, trials)]
+
+
+def _grokfast_why(arm: pd.Series, trials: pd.DataFrame) -> list[str]:
+    """Why, measured: the plateau without the filter between getting every training pair right
+    (``train/steps_to_100pct``) and 95 % validation, which is what Grokfast shortens; and
+    whether the filter got the training pairs right as soon as none did."""
+    fit = column(trials, "train/steps_to_100pct")
+    to_val = column(trials, "val/steps_to_threshold")
+    none, ema = arm == "none", arm == "ema"
+    fit_none, fit_ema = fit[none].dropna(), fit[ema].dropna()
+    if fit_none.empty:
+        return []
+    out = []
+    plateau = (to_val[none] - fit[none]).dropna()
+    if len(plateau):
+        short = plateau.mean() < 0.5 * fit_none.mean()
+        amount = "little " if short else "a "
+        out.append(
+            f"Why, measured: without the filter 95 % validation came {plateau.mean():,.0f} steps "
+            f"after every training pair was right (step {fit_none.mean():,.0f}, mean over "
+            f"{len(plateau)} seeds): {amount}plateau for the filter to shorten."
+        )
+    slower = len(fit_ema) < len(fit_none) or fit_ema.mean() > fit_none.mean()
+    at = f" (step {fit_ema.mean():,.0f})" if len(fit_ema) else ""
+    out.append(
+        f"With the filter {len(fit_ema)} of {int(ema.sum())} seeds got every training pair "
+        f"right{at}, against {len(fit_none)} of {int(none.sum())} without: the filter "
+        f"{'slowed fitting itself' if slower else 'did not slow fitting'}."
+    )
+    return out
 
 
 LR, WD = "optim.lr", "optim.weight_decay"
