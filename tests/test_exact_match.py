@@ -184,3 +184,33 @@ def test_teacher_forced_loss_counts_the_tokens_training_counts(mask_first_n):
     measured = teacher_forced(model, fmt, problems, torch.device("cpu"))["loss"]
     assert measured == pytest.approx(expected, rel=1e-5)
     assert not np.isclose(measured, float(losses[mask.flatten() == 0].mean()))
+
+
+def test_several_operations_report_their_worst_one():
+    """multi_op's bar is every operation at 99 %: ``exact_match/worst_op`` is the lowest of the
+    per-operation exact matches, and a single operation has none."""
+    from arith.evaluation.breakdowns import WORST_OP_KEY, exact_match_breakdowns, set_metric_names
+
+    dataset = _dataset("task.name=multi_op", "task.n_digits=2", "data.val_size=200")
+    problems = dataset.eval_sets["val"]
+    exact = problems.op != 2  # every * wrong, every other operation right
+    out = exact_match_breakdowns(problems, exact, dataset.format)
+    assert out["exact_match/mul"] == 0.0 and out["exact_match/add"] == 1.0
+    assert out[WORST_OP_KEY] == 0.0
+    exact[problems.op == 3] &= np.arange((problems.op == 3).sum()) % 4 > 0  # // 75 %
+    out = exact_match_breakdowns(problems, exact, dataset.format)
+    assert out[WORST_OP_KEY] == 0.0
+    exact[problems.op == 2] = True  # * right now: // is the worst
+    out = exact_match_breakdowns(problems, exact, dataset.format)
+    assert out[WORST_OP_KEY] == out["exact_match/floordiv"] < 1.0
+    assert WORST_OP_KEY in set_metric_names(
+        dataset.task, "plain", reference_differs=False, lengths=[2], max_chain=2
+    )
+    single = _dataset("task.name=addition", "task.n_digits=2")
+    right = np.ones(len(single.eval_sets["val"].op), dtype=bool)
+    assert WORST_OP_KEY not in exact_match_breakdowns(single.eval_sets["val"], right, single.format)
+
+
+def _dataset(*sets: str):
+    config = config_lib.load(None, list(sets))
+    return build_dataset(config.task, config.format, config.data, config.train.seed)
