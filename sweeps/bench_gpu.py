@@ -14,7 +14,7 @@ on one CUDA card, the Ray path first (it has never run on a GPU), then the kerne
    compile and the graphs' recording);
 5. packs of 1, 16 and 64 members at 100K and 1M: trials per hour packed against unpacked
    (``sweeps.bench_pack.run_pack_bench``; the unpacked side timed on ``UNPACKED_SAMPLE`` of the
-   members) and each pack's MFU against the card's bf16 peak.
+   members) and each pack's MFU against the card's bf16 peak where it trains in bf16.
 
 A part that would not fit the time left is skipped and says so. ``--report DIR`` writes
 ``report.md`` and ``figures.json`` (every figure above) there. Without CUDA it says so in one
@@ -235,20 +235,29 @@ def step_rate(size: str, steps: int, device: str, compiled: bool) -> tuple[float
 
 def packs(plan: Plan, device_name: str) -> dict[str, Any]:
     """Part 5: packed against unpacked trials per hour, and each pack's MFU."""
+    import torch
+
     from arith.training.cost import describe
+    from arith.training.device import resolved_precision
     from arith.training.throughput import gpu_peak_flops
     from sweeps.bench_pack import pack_configs, run_pack_bench
 
-    peak = gpu_peak_flops(device_name) if plan.device == "cuda" else None
+    bf16_peak = gpu_peak_flops(device_name) if plan.device == "cuda" else None
     rows = run_pack_bench(
         list(plan.pack_sizes), list(plan.packs), plan.pack_steps, plan.device, plan.unpacked_sample
     )
     for row in rows:
         config = pack_configs(row["size"], 1, plan.pack_steps, plan.device)[0]
         achieved = describe(config)["total_flops"] * row["packed_trials_per_h"] / 3600
+        # MFU against the bf16 peak only where the pack trains in bf16 (precision auto keeps
+        # small widths in fp32 on CUDA, whose peak the table of cards does not hold)
+        row["precision"] = resolved_precision(
+            torch.device(plan.device), config.train.precision, config.model.d_model
+        )
+        peak = bf16_peak if row["precision"] == "bf16" else None
         row["packed_flop_per_s"] = achieved
         row["mfu"] = achieved / peak if peak else None
-        mfu = f"{100 * row['mfu']:.1f} %" if peak else "n/a"
+        mfu = f"{100 * row['mfu']:.1f} %" if peak else f"n/a ({row['precision']})"
         print(
             f"{row['size']:>5} pack {row['pack']:>3}: {row['unpacked_trials_per_h']:,.0f} -> "
             f"{row['packed_trials_per_h']:,.0f} trials/h ({row['ratio']:.2f}x), MFU {mfu}"
@@ -257,7 +266,7 @@ def packs(plan: Plan, device_name: str) -> dict[str, Any]:
         "rows": rows,
         "steps": plan.pack_steps,
         "unpacked_sample": plan.unpacked_sample,
-        "peak_flop_per_s": peak,
+        "peak_flop_per_s": bf16_peak,
     }
 
 
@@ -305,6 +314,7 @@ def render_report(data: dict[str, Any]) -> str:
             "unpacked_trials_per_h",
             "packed_trials_per_h",
             "ratio",
+            "precision",
             "mfu",
         ],
         packed,

@@ -3,6 +3,7 @@ tests/test_cuda.py, throughput, the main job) runs on a GPU only."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -84,3 +85,14 @@ def test_the_unpacked_side_can_be_timed_on_a_sample_of_the_members():
 
     (row,) = run_pack_bench(["1k"], [4], 2, "cpu", unpacked_sample=2)
     assert row["pack"] == 4 and row["unpacked_trials_per_h"] > 0 and row["ratio"] > 0
+
+
+def test_each_pack_row_names_the_precision_it_trained_in():
+    """precision auto keeps small widths in fp32 on CUDA, where an MFU against the card's bf16
+    peak would say nothing: each row names its precision, and MFU is given for bf16 rows only
+    (here on the CPU, whose 1k pack is 8 wide: fp32, no MFU)."""
+    plan = dataclasses.replace(
+        bench_gpu.REHEARSAL, pack_sizes=("1k",), packs=(2,), pack_steps=2, unpacked_sample=1
+    )
+    (row,) = bench_gpu.packs(plan, "NVIDIA H200")["rows"]
+    assert row["precision"] == "fp32" and row["mfu"] is None and row["packed_flop_per_s"] > 0
