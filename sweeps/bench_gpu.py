@@ -278,6 +278,10 @@ def write_report(folder: Path, figures: Figures) -> None:
     (folder / "report.md").write_text(render_report(data))
 
 
+PACK_COLUMNS = ["size", "n_params", "pack", "unpacked_trials_per_h", "packed_trials_per_h"]
+PACK_COLUMNS += ["ratio", "precision", "mfu"]
+
+
 def render_report(data: dict[str, Any]) -> str:
     """The figures of one run as Markdown."""
     parts = data["parts"]
@@ -305,20 +309,7 @@ def render_report(data: dict[str, Any]) -> str:
     )
     packed = parts.get("packs", {})
     lines += ["## Packs (trials per hour)", ""]
-    lines += _table(
-        packed.get("rows"),
-        [
-            "size",
-            "n_params",
-            "pack",
-            "unpacked_trials_per_h",
-            "packed_trials_per_h",
-            "ratio",
-            "precision",
-            "mfu",
-        ],
-        packed,
-    )
+    lines += _table(packed.get("rows"), PACK_COLUMNS, packed)
     return "\n".join(lines).rstrip() + "\n"
 
 
