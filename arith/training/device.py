@@ -4,6 +4,7 @@ and the record of it that a run's summary carries (``hardware.*``)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -66,7 +67,7 @@ def resolved_precision(device: torch.device, precision: str, d_model: int | None
     return "fp32"
 
 
-def _bf16_from(d_model: int | None, width: int, has_bf16) -> str:
+def _bf16_from(d_model: int | None, width: int, has_bf16: Callable[[], bool]) -> str:
     """bf16 for models at least ``width`` wide where ``has_bf16()`` (asked only then), else fp32."""
     return "bf16" if d_model is not None and d_model >= width and has_bf16() else "fp32"
 
