@@ -110,6 +110,9 @@ def test_hardware_note_says_when_trials_ran_on_different_devices_or_precisions()
     assert hardware_note(derived) == ""
     auto = derived.assign(**{"train.precision": ["auto"] * 3})  # one ask, resolved two ways
     assert hardware_note(auto).startswith(" Warning: trials ran on different hardware")
+    # trials ASHA stopped have no record (no summary): no "unknown" hardware of their own
+    stopped = pd.concat([alike, pd.DataFrame({"hardware.device": [None] * 3})])
+    assert hardware_note(stopped) == ""
 
 
 def _wanted(*keys: str) -> list[tuple[dict, str]]:

@@ -84,7 +84,9 @@ def hardware_note(trials) -> str:
     precision the spec varies on purpose is no warning."""
     if "hardware.device" not in trials.columns:
         return ""
-    device = trials["hardware.device"].fillna("unknown").astype(str).str.split(":").str[0]
+    # a trial stopped early (ASHA) ends without its summary, so without a record: not a device
+    trials = trials[trials["hardware.device"].notna()]
+    device = trials["hardware.device"].astype(str).str.split(":").str[0]
     resolved = trials.get("hardware.precision")
     label = device if resolved is None else device + " " + resolved.fillna("unknown").astype(str)
     asked = trials.get("train.precision")
