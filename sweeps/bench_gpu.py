@@ -24,7 +24,6 @@ the CPU at tiny sizes: ``pytest -m soak tests/test_gpu_bench.py``). Figures: doc
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -34,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sweeps.analysis.gpu_report import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 # The main job, as ``sweeps.bench.FLAGSHIP`` names it (not imported: sweeps.bench imports this).
@@ -268,69 +269,6 @@ def packs(plan: Plan, device_name: str) -> dict[str, Any]:
         "unpacked_sample": plan.unpacked_sample,
         "peak_flop_per_s": bf16_peak,
     }
-
-
-def write_report(folder: Path, figures: Figures) -> None:
-    """``report.md`` (the figures as tables) and ``figures.json`` in ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    data = dataclasses.asdict(figures)
-    (folder / "figures.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-    (folder / "report.md").write_text(render_report(data))
-
-
-PACK_COLUMNS = ["size", "n_params", "pack", "unpacked_trials_per_h", "packed_trials_per_h"]
-PACK_COLUMNS += ["ratio", "precision", "mfu"]
-
-
-def render_report(data: dict[str, Any]) -> str:
-    """The figures of one run as Markdown."""
-    parts = data["parts"]
-    lines = [
-        f"# GPU acceptance run: {data['device']}",
-        "",
-        f"{data['started']}, torch {data['torch']}, {data['total_s']:.0f} s in all "
-        "(`python -m sweeps.bench --gpu --report DIR`).",
-        "",
-    ]
-    for key, title in (
-        ("main_job", "The main job through sweeps.run (gpu: auto)"),
-        ("ctrl_c_resume", "One Ctrl-C, then --resume"),
-    ):
-        part = parts.get(key, {})
-        lines += [f"## {title}", "", _fields(part), ""]
-    tests = parts.get("cuda_tests", {})
-    lines += ["## CUDA tests", "", _fields(tests), ""]
-    graphed = parts.get("eager_vs_compiled", {})
-    lines += ["## One trial, eager against compiled (steps per second)", ""]
-    lines += _table(
-        graphed.get("rows"),
-        ["size", "n_params", "eager_steps_per_s", "compiled_steps_per_s", "ratio"],
-        graphed,
-    )
-    packed = parts.get("packs", {})
-    lines += ["## Packs (trials per hour)", ""]
-    lines += _table(packed.get("rows"), PACK_COLUMNS, packed)
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _fields(part: dict[str, Any]) -> str:
-    if not part:
-        return "not run"
-    return "\n".join(f"- {key}: {value}" for key, value in part.items())
-
-
-def _table(rows: list[dict] | None, columns: list[str], part: dict[str, Any]) -> list[str]:
-    if not rows:
-        return [part.get("skipped", "not run"), ""]
-    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = [_number(v) if isinstance(v, float) else str(v) for v in map(row.get, columns)]
-        out.append("| " + " | ".join(cells).replace("None", "") + " |")
-    return [*out, ""]
-
-
-def _number(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _brief(part: dict[str, Any]) -> str:

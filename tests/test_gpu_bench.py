@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from sweeps import bench_gpu
+from sweeps.analysis.gpu_report import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +51,7 @@ def test_the_report_shows_every_figure_measured(tmp_path):
                               "ratio": 5.85}]},
         "packs": {"skipped": "12 s left, ~90 s needed"},
     }  # fmt: skip
-    bench_gpu.write_report(tmp_path, figures)
+    write_report(tmp_path, figures)
     report = (tmp_path / "report.md").read_text()
     shown = ["NVIDIA H200", "best_test: 0.9965", "stop_exit_code: 130", "8 passed in 30.1s"]
     shown += ["| 100k | 101000 | 70.5 | 412.2 | 5.85 |", "12 s left, ~90 s needed", "401 s"]
