@@ -524,14 +524,11 @@ def test_grokfast_check_says_why_from_the_steps_to_fit_the_training_pairs():
     )
     # the paper's setting: generalisation comes as the pairs are fitted, nothing to shorten
     paper = trials.assign(**{"val/steps_to_threshold": [450, 650, 600, None, None, None]})
-    assert check_line(CLAIMS["grokfast"].check({"main": paper}), "Why").endswith(
+    why = next(s for s in CLAIMS["grokfast"].check({"main": paper}) if s.startswith("Why"))
+    assert why.endswith(
         "came 67 steps after every training pair was right (step 500, mean over 3 seeds): "
         "little plateau for the filter to shorten."
     )
-
-
-def check_line(sentences: list[str], start: str) -> str:
-    return next(s for s in sentences if s.startswith(start))
 
 
 def test_abacus_reports_the_probe_per_seed_and_judges_10x_on_the_best_global_arm():

@@ -118,13 +118,14 @@ def exact_match_breakdowns(problems: Problems, exact: np.ndarray, fmt: Format) -
     out: dict[str, float] = {}
     symbols = tasks.op_symbols(fmt.task)
     if _by_op(fmt.task):
+        per_op = {}
         for index, symbol in enumerate(symbols):
             rows = problems.op == index
             if rows.any():
-                out[_op_key(symbol)] = float(exact[rows].mean())
-        per_op = [out[_op_key(symbol)] for symbol in symbols if _op_key(symbol) in out]
+                per_op[_op_key(symbol)] = float(exact[rows].mean())
+        out.update(per_op)
         if len(symbols) > 1 and per_op:
-            out[WORST_OP_KEY] = min(per_op)
+            out[WORST_OP_KEY] = min(per_op.values())
     out.update(_carry_breakdown(problems, exact, fmt.task))
     if _by_length(fmt.task):
         groups: dict[int, list[bool]] = defaultdict(list)
