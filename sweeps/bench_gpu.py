@@ -9,9 +9,10 @@ on one CUDA card, the Ray path first (it has never run on a GPU), then the kerne
 3. the CUDA correctness tests (``pytest -m cuda`` on ``CUDA_TESTS``): bf16 against fp32, a pack
    against its members alone, cached decoding, a resumed run, compiled against eager, no
    synchronising call inside a step, the GPU's hardware record;
-4. steps per second of one trial, eager against compiled (``train.compile``: CUDA graphs over one
-   padded shape), at 100K, 1M and 10M parameters, from each run's last interval (after the
-   compile and the graphs' recording);
+4. steps per second of one trial, eager against the whole step as one CUDA graph
+   (``train.compile: graph``) and against ``torch.compile`` of the forward pass
+   (``train.compile: true``), at 100K, 1M and 10M parameters, from each run's last interval
+   (after the compile and the graphs' recording);
 5. packs of 1, 16 and 64 members at 100K and 1M: trials per hour packed against unpacked
    (``sweeps.bench_pack.run_pack_bench``; the unpacked side timed on ``UNPACKED_SAMPLE`` of the
    members) and each pack's MFU against the card's bf16 peak where it trains in bf16.
@@ -116,7 +117,7 @@ def gpu_main(report_dir: Path | None = None, plan: Plan = GPU) -> int:
         ("main_job", plan.main_job_s + 60, lambda: run_main_job(plan)),
         ("ctrl_c_resume", 120, lambda: ctrl_c_then_resume(plan)),
         ("cuda_tests", 60, lambda: run_cuda_tests() if plan.run_tests else {"skipped": "CPU"}),
-        ("eager_vs_compiled", 60 * len(plan.graph_sizes), lambda: eager_vs_compiled(plan)),
+        ("eager_vs_compiled", 90 * len(plan.graph_sizes), lambda: eager_vs_compiled(plan)),
         ("packs", 90, lambda: packs(plan, name)),
     ]
     for number, (key, needs_s, run) in enumerate(parts, 1):
@@ -198,36 +199,44 @@ def run_cuda_tests() -> dict[str, Any]:
 
 
 def eager_vs_compiled(plan: Plan) -> dict[str, Any]:
-    """Part 4: one trial's training steps per second, eager against ``train.compile``, from each
-    run's last interval between evaluations (the compile and the graphs' recording fall in the
-    first)."""
+    """Part 4: one trial's training steps per second, eager against the graphed step and
+    against ``torch.compile``, from each run's last interval between evaluations (the compile
+    and the graphs' recording fall in the first)."""
     if not plan.graph_sizes:
-        return {"skipped": "no sizes (torch.compile on a CPU: not what is measured)"}
+        return {
+            "skipped": "no sizes (CUDA graphs and torch.compile on a CPU: not what is measured)"
+        }
     rows = []
     for size in plan.graph_sizes:
         row: dict[str, Any] = {"size": size}
-        for compiled in (False, True):
-            rate, n_params = step_rate(size, plan.graph_steps, plan.device, compiled)
+        for mode, name in STEP_MODES:
+            rate, n_params = step_rate(size, plan.graph_steps, plan.device, mode)
             row["n_params"] = n_params
-            row["compiled_steps_per_s" if compiled else "eager_steps_per_s"] = round(rate, 1)
-        row["ratio"] = round(row["compiled_steps_per_s"] / row["eager_steps_per_s"], 2)
+            row[f"{name}_steps_per_s"] = round(rate, 1)
+        for _, name in STEP_MODES[1:]:
+            row[f"{name}_ratio"] = round(row[f"{name}_steps_per_s"] / row["eager_steps_per_s"], 2)
         print(
             f"{size:>5} ({row['n_params']:,} params): eager {row['eager_steps_per_s']} steps/s,"
-            f" compiled {row['compiled_steps_per_s']} ({row['ratio']}x)",
+            f" graph {row['graph_steps_per_s']} ({row['graph_ratio']}x),"
+            f" compiled {row['compiled_steps_per_s']} ({row['compiled_ratio']}x)",
             flush=True,
         )
         rows.append(row)
     return {"rows": rows, "steps": plan.graph_steps}
 
 
-def step_rate(size: str, steps: int, device: str, compiled: bool) -> tuple[float, int]:
+STEP_MODES = ((False, "eager"), ("graph", "graph"), (True, "compiled"))
+"""Part 4's ``train.compile`` values and their names in the figures, eager first."""
+
+
+def step_rate(size: str, steps: int, device: str, compile: bool | str) -> tuple[float, int]:
     """Steps per second of one ``size`` trial over its last ``steps // 2`` steps, and its
     parameter count."""
     from arith.training.trainer import train
     from sweeps.bench_pack import pack_configs
 
     (config,) = pack_configs(size, 1, steps, device)
-    train_cfg = dataclasses.replace(config.train, compile=compiled, eval_every=steps // 2)
+    train_cfg = dataclasses.replace(config.train, compile=compile, eval_every=steps // 2)
     reports: list[dict] = []
     summary = train(dataclasses.replace(config, train=train_cfg), reports.append)
     last = [r for r in reports if "perf/examples_per_s" in r][-1]

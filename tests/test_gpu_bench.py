@@ -47,14 +47,16 @@ def test_the_report_shows_every_figure_measured(tmp_path):
         "ctrl_c_resume": {"ok": True, "stop_exit_code": 130, "resume_exit_code": 0},
         "cuda_tests": {"ok": True, "summary": "8 passed in 30.1s"},
         "eager_vs_compiled": {"rows": [{"size": "100k", "n_params": 101_000,
-                              "eager_steps_per_s": 70.5, "compiled_steps_per_s": 412.25,
-                              "ratio": 5.85}]},
+                              "eager_steps_per_s": 70.5, "graph_steps_per_s": 412.25,
+                              "graph_ratio": 5.85, "compiled_steps_per_s": 140.0,
+                              "compiled_ratio": 1.99}]},
         "packs": {"skipped": "12 s left, ~90 s needed"},
     }  # fmt: skip
     write_report(tmp_path, figures)
     report = (tmp_path / "report.md").read_text()
     shown = ["NVIDIA H200", "best_test: 0.9965", "stop_exit_code: 130", "8 passed in 30.1s"]
-    shown += ["| 100k | 101000 | 70.5 | 412.2 | 5.85 |", "12 s left, ~90 s needed", "401 s"]
+    shown += ["| 100k | 101000 | 70.5 | 412.2 | 5.85 | 140 | 1.99 |", "12 s left, ~90 s needed"]
+    shown += ["401 s"]
     for text in shown:
         assert text in report, text
     assert json.loads((tmp_path / "figures.json").read_text())["parts"] == figures.parts

@@ -72,11 +72,14 @@ def _bf16_from(d_model: int | None, width: int, has_bf16: Callable[[], bool]) ->
     return "bf16" if d_model is not None and d_model >= width and has_bf16() else "fp32"
 
 
-def autocast_for(device: torch.device, precision: str, d_model: int | None = None):
+def autocast_for(
+    device: torch.device, precision: str, d_model: int | None = None, cached: bool = True
+):
     """The autocast context of ``train.precision`` (``resolved_precision``): bf16, or a
-    disabled one (fp32)."""
+    disabled one (fp32). ``cached=False`` for a CUDA graph's capture, which must not reuse
+    casts made outside it."""
     if resolved_precision(device, precision, d_model) == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=cached)
     return torch.autocast(device_type=device.type, enabled=False)
 
 

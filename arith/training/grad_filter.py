@@ -35,21 +35,31 @@ class EmaGradFilter:
         lamb_vector = torch.tensor([lamb or 0.0 for lamb in lambs])
         self.lamb_vector = host_to_device(lamb_vector, params[0].device)
 
-    @torch.no_grad()
-    def apply(self, members: list[int], step_counts: list[int]) -> None:
-        """Filter the listed members' gradients in place; ``step_counts``: each member's
-        optimiser steps so far (0: its first step, where the average starts at the gradient)."""
-        # weight of the new gradient in the average: 1 - alpha, or 1 on a member's first step
+    def weights(self, members: list[int], step_counts: list[int]) -> list[float]:
+        """Each member's weight of the new gradient in its average: 1 - alpha, 1 on its first
+        step (``step_counts[i]`` 0: the average starts at the gradient), 0 where it does not
+        filter or is not among ``members`` (its average kept)."""
         weights = [0.0] * self.n_members
         for i in members:
             if self.filtering[i]:
                 weights[i] = 1.0 - self.alphas[i] if step_counts[i] else 1.0
+        return weights
+
+    @torch.no_grad()
+    def apply(self, members: list[int], step_counts: list[int]) -> None:
+        """Filter the listed members' gradients in place; ``step_counts``: each member's
+        optimiser steps so far (0: its first step, where the average starts at the gradient)."""
+        weights = self.weights(members, step_counts)
         if self.n_members == 1:
             if weights[0]:
                 self._apply_one(weights[0], self.lambs[0])
             return
-        device = self.params[0].device
-        weight = host_to_device(torch.tensor(weights), device)  # (M,), 0: average kept
+        self.apply_weights(host_to_device(torch.tensor(weights), self.params[0].device))
+
+    @torch.no_grad()
+    def apply_weights(self, weight: torch.Tensor) -> None:
+        """Filter every member's gradients with ``weight`` (M,) on the device (``weights``):
+        the tensors' arithmetic alone, nothing read on the host."""
         for p, ema in zip(self.params, self.ema, strict=True):
             if p.grad is None:
                 continue

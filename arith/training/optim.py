@@ -17,6 +17,12 @@ from arith.training.transfers import host_to_device
 ABACUS_BIAS = "abacus_bias.table"
 """Name ending of the ``abacus_bias`` parameters (arith.model.positions.AbacusBias)."""
 
+# The rows of a step's settings (``PackedAdamW.step_settings``), one column per member: the
+# AdamW coefficients at the learning rate and at abacus_bias_lr_mult times it, 1 where the
+# member updates, the weight of the gradient in Grokfast's average (0: the average kept).
+PLAIN, FASTER, ACTIVE, FILTER_WEIGHT = slice(0, 6), slice(6, 12), 12, 13
+SETTINGS_ROWS = 14
+
 
 class PackedAdamW:
     """AdamW over a packed model: each member its own lr, schedule, betas, eps, weight decay,
@@ -117,27 +123,40 @@ class PackedAdamW:
                     self._update(i, faster, lr * mult, decay / mult, cfg.eps / mult)
 
     def _step_stacked(self, members: list[int]) -> None:
-        """All members at once, one pass over each stacked parameter: the fused kernel's
-        arithmetic with each member's settings as a vector along the member dimension, so a
-        step's tensor work does not grow with the number of members. The settings are built on
-        the host and copied without a wait (``host_to_device``)."""
-        device, n = self.params[0].device, len(self.configs)
-        chosen = set(members)
-        active = host_to_device(torch.tensor([i in chosen for i in range(n)]), device)
+        """All members at once (``step_with``), the settings built on the host and copied
+        without a wait (``host_to_device``)."""
+        self.step_with(host_to_device(self.step_settings(members), self.params[0].device))
+
+    def step_settings(self, members: list[int]) -> torch.Tensor:
+        """(SETTINGS_ROWS, M) on the host: what the next step of the listed members multiplies
+        by (``_member_coefficients`` at their learning rate and at the scaled one of
+        ``abacus_bias_lr_mult``), which members update, and the weight of Grokfast's average;
+        counts the step. Only Python numbers go in: nothing is read from the device."""
+        n, chosen = len(self.configs), set(members)
+        weights = [0.0] * n
+        if self.grad_filter is not None:  # from the counts before this step (its first: 1)
+            weights = self.grad_filter.weights(members, self.step_counts)
         lrs = [self.lr(i) if i in chosen else 0.0 for i in range(n)]
         for i in members:
             self.step_counts[i] += 1
         plain = _member_coefficients(self.configs, lrs, self.step_counts, 1.0)
-        faster = None
-        if any(self.faster):
-            mults = [c.abacus_bias_lr_mult for c in self.configs]
-            faster = _member_coefficients(self.configs, lrs, self.step_counts, mults)
-        coefficients = host_to_device(torch.tensor(plain), device)  # (6, M)
-        fast = None if faster is None else host_to_device(torch.tensor(faster), device)
+        mults = [c.abacus_bias_lr_mult for c in self.configs]
+        faster = _member_coefficients(self.configs, lrs, self.step_counts, mults)
+        return torch.tensor([*plain, *faster, [float(i in chosen) for i in range(n)], weights])
+
+    @torch.no_grad()
+    def step_with(self, settings: torch.Tensor) -> None:
+        """One step of every member ``settings`` (``step_settings``, on the device) marks
+        active, one pass over each stacked parameter: the fused kernel's arithmetic with each
+        member's settings a vector along the member dimension, so a step's tensor work does not
+        grow with the number of members, and nothing of it is read on the host (a CUDA graph
+        replays it with new settings)."""
+        n = len(self.configs)
+        active = settings[ACTIVE] > 0
         for j, p in enumerate(self.params):
             if p.grad is None:
                 continue
-            c = fast if self.faster[j] else coefficients
+            c = settings[FASTER if self.faster[j] else PLAIN]
             c = c.view(6, n, *([1] * (p.dim() - 1)))
             decay = c[0] if j < len(self.decay) else 1.0
             avg = self.exp_avg[j].lerp(p.grad, c[1])  # 1 - beta1
@@ -148,6 +167,11 @@ class PackedAdamW:
             p.copy_(torch.where(keep, new, p))
             self.exp_avg[j].copy_(torch.where(keep, avg, self.exp_avg[j]))
             self.exp_avg_sq[j].copy_(torch.where(keep, avg_sq, self.exp_avg_sq[j]))
+
+    def filter_grads_with(self, settings: torch.Tensor) -> None:
+        """``filter_grads`` with the weights of ``settings`` (on the device)."""
+        if self.grad_filter is not None:
+            self.grad_filter.apply_weights(settings[FILTER_WEIGHT])
 
     def _update(
         self, i: int, chosen: list[int], lr: float, weight_decay: float, eps: float

@@ -65,11 +65,15 @@ class TrainConfig:
     """``auto``: bf16 autocast where it was measured to pay (``arith.training.device``): from
     width 512 on CUDA devices that support it, from width 64 on CPUs with bf16 in hardware;
     fp32 elsewhere. The resolved one is the run's ``hardware.precision``."""
-    compile: bool = False
-    """``torch.compile`` the training forward pass (``mode="reduce-overhead"``, CUDA graphs, on
-    CUDA); off by default: ``python -m arith.bench --compile`` on 2 CPU cores (2026-11-26) gave
-    1.19x the steps per second of eager fp32 at 1M parameters after warm-up (1.82 -> 2.17), the
-    compile itself left out; not yet measured on a GPU."""
+    compile: bool | Literal["auto", "graph"] = False
+    """How a training step runs. ``false``: eager. ``graph``: the whole step (forward,
+    backward, filter, clipping, AdamW) as one CUDA graph over buffers of one shape
+    (``arith.training.graph_step``); off CUDA the same step eagerly. ``true``: ``torch.compile``
+    of the forward pass (``mode="reduce-overhead"``, CUDA graphs of the forward, on CUDA).
+    ``auto``: ``graph`` on CUDA with one length bucket, else eager. Off by default until the GPU
+    acceptance run (``python -m sweeps.bench --gpu``) has measured the graph against eager; on
+    2 CPU cores (2026-11-26) ``true`` gave 1.19x eager fp32 at 1M parameters after warm-up
+    (1.82 -> 2.17 steps/s, ``python -m arith.bench --compile``), the compile itself left out."""
     time_budget_s: float | None = None
     """Stop training after this many seconds (then evaluate and return)."""
     peak_flops: float | None = None
@@ -125,6 +129,12 @@ class TrainConfig:
             self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"),
             "train.device",
             f"expected auto, cpu, cuda, cuda:N or mps, but got {self.device!r}",
+        )
+        require(
+            self.compile != "graph" or self.length_buckets == 1,
+            "train.compile",
+            f"graph takes one batch shape a run, but train.length_buckets is "
+            f"{self.length_buckets}; set train.length_buckets: 1, or train.compile: auto",
         )
         require(
             self.peak_flops is None or 0 < self.peak_flops < math.inf,

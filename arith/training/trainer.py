@@ -33,6 +33,7 @@ from arith.training import step_batch
 from arith.training.cost import n_params, planned_steps, step_cost
 from arith.training.device import autocast_for, hardware_record, pick_device
 from arith.training.diagnostics import RunDiagnostics
+from arith.training.graph_step import GraphedStep, step_mode
 from arith.training.loss import member_loss_sums
 from arith.training.member_run import (
     MemberRun,
@@ -132,11 +133,12 @@ def train_pack(
     members, model = build_pack(configs, device)
     views = model.member_views()  # each member as a model of its own, for its evaluations
     optimizer = PackedAdamW(model, [c.optim for c in configs], [m.max_steps for m in members])
-    autocast = autocast_for(device, first.precision, configs[0].model.d_model)
+    mode = step_mode(device, first.compile, first.length_buckets)
+    autocast = autocast_for(device, first.precision, configs[0].model.d_model, mode != "graph")
     peak = first.peak_flops or device_peak(device, autocast)
     for member in members:
         member.meter.peak_flops = peak
-    forward = _compiled(model, device, first.length_buckets) if first.compile else model
+    forward = _compiled(model, device, first.length_buckets) if mode is True else model
     if resume_from is not None:
         _resume(resume_from, model, optimizer, members)
     elapsed_before = members[0].state.elapsed_before
@@ -148,8 +150,9 @@ def train_pack(
         m.loss_sum = running[i]
     readout, stepped = LossReadout(device), []
     model.train()
+    graphed = GraphedStep(model, optimizer, running, autocast, device) if mode == "graph" else None
     # compiled: every token's logits, each batch padded to one length (one shape for CUDA graphs)
-    pick = not first.compile
+    pick = mode is False
     fixed_length = None if pick or first.length_buckets > 1 else step_batch.step_length(members)
     build = functools.partial(
         step_batch.build_batch, members, first.length_buckets, device.type == "cuda", pick,
@@ -183,25 +186,10 @@ def train_pack(
             # forward and backward: the members' batches stacked, member 0's rows first
             t0 = time.perf_counter()
             batch = batches.next()
-            optimizer.zero_grad()
-            loss_sums = torch.zeros(len(members), device=device)
-            for inputs, picks, targets, weights, offset in batch.parts:
-                with autocast:
-                    if picks is None:  # compiled: every token's, (B, T, vocab)
-                        logits, _ = forward(inputs, abacus_offset=offset)
-                    else:  # the answer's tokens only, (M, n, vocab)
-                        logits = model.picked_logits(inputs, picks, abacus_offset=offset)
-                sums = member_loss_sums(logits, targets, weights)
-                loss_sums = loss_sums + sums.detach()
-                # the members share no parameter: each gets its own gradient
-                (sums / batch.token_counts).sum().backward()
-            # (M,) mean per token, added up on the device: read at the members' evaluations
-            running.add_(loss_sums / batch.token_counts)
-
-            # filter, clip, step: only the members still training
-            optimizer.filter_grads(active)
-            optimizer.clip_grad_norms(active)
-            optimizer.step(active)
+            if graphed is not None:
+                graphed(batch, active)
+            else:
+                _eager_step(model, forward, optimizer, autocast, batch, running, active)
             step += 1
             seconds, stepped = time.perf_counter() - t0, active
             for i in active:
@@ -217,6 +205,30 @@ def train_pack(
     counts = n_params(configs[0].model, len(dataset.format.vocab), dataset.train_seq_len())
     hardware = hardware_record(device, first.precision, configs[0].model.d_model)
     return [{**summarise(m, counts), **hardware} for m in members]
+
+
+def _eager_step(model, forward, optimizer: PackedAdamW, autocast, batch, running, active) -> None:
+    """One training step, eager: forward and backward of each length bucket (the members'
+    batches stacked, member 0's rows first), then filter, clip and step the members in
+    ``active``; each member's mean loss per token added to ``running`` on the device."""
+    optimizer.zero_grad()
+    loss_sums = torch.zeros_like(running)
+    for inputs, picks, targets, weights, offset in batch.parts:
+        with autocast:
+            if picks is None:  # compiled: every token's, (B, T, vocab)
+                logits, _ = forward(inputs, abacus_offset=offset)
+            else:  # the answer's tokens only, (M, n, vocab)
+                logits = model.picked_logits(inputs, picks, abacus_offset=offset)
+        sums = member_loss_sums(logits, targets, weights)
+        loss_sums = loss_sums + sums.detach()
+        # the members share no parameter: each gets its own gradient
+        (sums / batch.token_counts).sum().backward()
+    # (M,) mean per token, added up on the device: read at the members' evaluations
+    running.add_(loss_sums / batch.token_counts)
+    # filter, clip, step: only the members still training
+    optimizer.filter_grads(active)
+    optimizer.clip_grad_norms(active)
+    optimizer.step(active)
 
 
 def _wait_for_steps(device, stepped: list[MemberRun]) -> None:

@@ -37,10 +37,18 @@ def render_report(data: dict[str, Any]) -> str:
     tests = parts.get("cuda_tests", {})
     lines += ["## CUDA tests", "", _fields(tests), ""]
     graphed = parts.get("eager_vs_compiled", {})
-    lines += ["## One trial, eager against compiled (steps per second)", ""]
+    lines += ["## One trial, eager against the graphed step and compiled (steps per second)", ""]
     lines += _table(
         graphed.get("rows"),
-        ["size", "n_params", "eager_steps_per_s", "compiled_steps_per_s", "ratio"],
+        [
+            "size",
+            "n_params",
+            "eager_steps_per_s",
+            "graph_steps_per_s",
+            "graph_ratio",
+            "compiled_steps_per_s",
+            "compiled_ratio",
+        ],
         graphed,
     )
     packed = parts.get("packs", {})
