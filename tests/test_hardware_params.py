@@ -43,16 +43,18 @@ def tiny(*overrides: str):
 
 
 def test_a_runs_summary_records_the_hardware_it_trained_on():
-    summary = train(tiny())  # train.precision=auto: fp32 on a CPU
+    summary = train(tiny("train.compile=auto"))  # train.precision=auto: fp32 on a CPU
     assert {k: summary[k] for k in HARDWARE_KEYS} == {
         "hardware.device": "cpu",
         "hardware.gpu_name": "none",
         "hardware.precision": "fp32",
         "hardware.torch": torch.__version__,
         "hardware.cuda": torch.version.cuda or "none",
+        "hardware.step": "eager",  # train.compile=auto on a CPU
     }
     packed = train_pack([tiny("train.seed=0"), tiny("train.seed=1")])
     assert all(s["hardware.device"] == "cpu" for s in packed)
+    assert train(tiny("train.compile=graph"))["hardware.step"] == "graph"
 
 
 @pytest.mark.parametrize(("precision", "resolved"), [("auto", "fp32"), ("bf16", "bf16")])

@@ -84,11 +84,12 @@ def autocast_for(
 
 
 def hardware_record(
-    device: torch.device, precision: str, d_model: int | None = None
+    device: torch.device, precision: str, d_model: int | None = None, step: str = "eager"
 ) -> dict[str, str]:
     """What a run trained on, for its summary: the device (``cuda:0``, not ``cuda``), the GPU's
-    name (``none`` off CUDA), the precision ``train.precision`` resolved to (fp32 or bf16), and
-    the versions of torch and of the CUDA it was built with (``none`` for a CPU build)."""
+    name (``none`` off CUDA), the precision ``train.precision`` resolved to (fp32 or bf16), the
+    versions of torch and of the CUDA it was built with (``none`` for a CPU build), and how its
+    step ran (``train.compile`` resolved: ``eager``, ``graph`` or ``compiled``)."""
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     values = (
@@ -97,5 +98,6 @@ def hardware_record(
         resolved_precision(device, precision, d_model),
         str(torch.__version__),
         torch.version.cuda or "none",
+        step,
     )
     return dict(zip(HARDWARE_KEYS, values, strict=True))

@@ -41,6 +41,11 @@ def step_mode(device: torch.device, compile: bool | str, length_buckets: int) ->
     return "graph" if device.type == "cuda" and length_buckets == 1 else False
 
 
+def step_name(mode: bool | str) -> str:
+    """A resolved ``step_mode`` as the run's ``hardware.step`` records it."""
+    return {False: "eager", True: "compiled", "graph": "graph"}[mode]
+
+
 class GraphedStep:
     """``step(batch, active)``: one training step of the pack, forward to optimiser, over
     static buffers; on CUDA captured as one graph after ``WARMUP_STEPS`` and replayed."""

@@ -20,6 +20,7 @@ HARDWARE_KEYS = (
     "hardware.precision",
     "hardware.torch",
     "hardware.cuda",
+    "hardware.step",
 )
 """What ``arith.training.device.hardware_record`` holds: strings, which a sweep logs as its run's
 params (here, so that a sweep's driver reads them without importing torch)."""

@@ -33,7 +33,7 @@ from arith.training import step_batch
 from arith.training.cost import n_params, planned_steps, step_cost
 from arith.training.device import autocast_for, hardware_record, pick_device
 from arith.training.diagnostics import RunDiagnostics
-from arith.training.graph_step import GraphedStep, step_mode
+from arith.training.graph_step import GraphedStep, step_mode, step_name
 from arith.training.loss import member_loss_sums
 from arith.training.member_run import (
     MemberRun,
@@ -203,7 +203,7 @@ def train_pack(
 
     dataset = members[0].dataset
     counts = n_params(configs[0].model, len(dataset.format.vocab), dataset.train_seq_len())
-    hardware = hardware_record(device, first.precision, configs[0].model.d_model)
+    hardware = hardware_record(device, first.precision, configs[0].model.d_model, step_name(mode))
     return [{**summarise(m, counts), **hardware} for m in members]
 
 
