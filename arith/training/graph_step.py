@@ -86,7 +86,9 @@ class GraphedStep:
         else:
             self.optimizer.zero_grad()  # the gradients are allocated in the graph's own pool
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            # thread_local: the batch thread (prefetch.py) allocates and copies on its own
+            # during the capture, which the default mode ("global") would refuse
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
                 self._body(zero_grad=False)
             self.graph.replay()  # the capture ran nothing: this step runs now
 
