@@ -117,7 +117,8 @@ def gpu_main(report_dir: Path | None = None, plan: Plan = GPU) -> int:
         ("main_job", plan.main_job_s + 60, lambda: run_main_job(plan)),
         ("ctrl_c_resume", 120, lambda: ctrl_c_then_resume(plan)),
         ("cuda_tests", 60, lambda: run_cuda_tests() if plan.run_tests else {"skipped": "CPU"}),
-        ("eager_vs_compiled", 90 * len(plan.graph_sizes), lambda: eager_vs_compiled(plan)),
+        # a size: torch.compile's ~40 s, the eager and graphed runs ~10 s each (estimated)
+        ("eager_vs_compiled", 70 * len(plan.graph_sizes), lambda: eager_vs_compiled(plan)),
         ("packs", 90, lambda: packs(plan, name)),
     ]
     for number, (key, needs_s, run) in enumerate(parts, 1):
