@@ -27,6 +27,7 @@ TINY = [
 # stops at step 35 on step 25's weights; seed 1 trains to the end).
 PATIENCE = ["train.monitor=val/loss", "train.patience=2", "optim.lr=3e-2"]
 TARGET = ["train.monitor=val/token_accuracy", "train.target=0.4", "optim.lr=1e-2"]  # step 30
+GRAPH = ["train.compile=graph"]
 # What differs between any two runs of one config: timings and where files live.
 VARIES = ("wall_time_s", "time/elapsed_s", "perf/", "checkpoint")
 
@@ -62,8 +63,11 @@ def train_killed_then_resumed(configs, kill_at: int, tmp_path) -> list[dict]:
         ([TARGET], 20),
         ([PATIENCE, ["train.seed=1", *PATIENCE]], 40),  # member 0 stopped before the kill
         ([PATIENCE, TARGET], 30),
+        # the graphed step (train.compile: graph): member 0 stopped before the kill, member 1
+        # with Grokfast's filter trains on
+        ([[*PATIENCE, *GRAPH], ["train.seed=1", *GRAPH, "optim.grad_filter=ema"]], 40),
     ],
-    ids=["patience", "target", "pack-stopped-member", "pack-patience-target"],
+    ids=["patience", "target", "pack-stopped-member", "pack-patience-target", "pack-graph"],
 )
 def test_a_resumed_run_ends_on_the_model_the_monitor_chose(members, kill_at, tmp_path):
     configs = runs(*members)
