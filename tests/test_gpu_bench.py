@@ -64,7 +64,8 @@ def test_the_report_shows_every_figure_measured(tmp_path):
 
 def test_the_acceptance_run_rehearsed_on_the_cpu(tmp_path):
     # every part but the CUDA-only ones, on the CPU at tiny sizes: the main job (here the smoke
-    # sweep) and a Ctrl-C then --resume through sweeps.run, packs, the report
+    # sweep) and a Ctrl-C then --resume through sweeps.run, eager against the graphed step,
+    # packs, the report
     code = bench_gpu.gpu_main(tmp_path / "report", bench_gpu.REHEARSAL)
     figures = json.loads((tmp_path / "report" / "figures.json").read_text())
     parts = figures["parts"]
@@ -75,6 +76,15 @@ def test_the_acceptance_run_rehearsed_on_the_cpu(tmp_path):
     assert stop["pressed_after_a_report"] and stop["stop_exit_code"] == 130
     assert stop["resume_exit_code"] == 0 and stop["finished_trials"] == 4
     assert [row["pack"] for row in parts["packs"]["rows"]] == [1, 2]
+    assert [row["size"] for row in parts["eager_vs_compiled"]["rows"]] == ["1k"]
+
+
+def test_part_4_times_each_step_mode_against_eager():
+    # the rehearsal's modes (eager and the graphed step, eager here) at the tiniest size
+    plan = dataclasses.replace(bench_gpu.REHEARSAL, graph_steps=8)
+    (row,) = bench_gpu.eager_vs_compiled(plan)["rows"]
+    assert row["size"] == "1k" and row["eager_steps_per_s"] > 0 and row["graph_steps_per_s"] > 0
+    assert row["graph_ratio"] == round(row["graph_steps_per_s"] / row["eager_steps_per_s"], 2)
 
 
 def test_the_main_job_is_the_flagship():
