@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from arith.training.loss import member_loss_sums
+from arith.training.loss import backward_part
 from arith.training.optim import SETTINGS_ROWS, PackedAdamW
 from arith.training.step_batch import StepBatch
 from arith.training.transfers import host_to_device
@@ -116,12 +116,9 @@ class GraphedStep:
         inputs, targets, weights, offsets, counts = self.buffers
         if zero_grad:
             self.optimizer.zero_grad()
-        with self.autocast:
-            logits, _ = self.model(inputs, abacus_offset=offsets)
-        sums = member_loss_sums(logits, targets, weights)
-        # the members share no parameter: each gets its own gradient
-        (sums / counts).sum().backward()
-        self.running.add_(sums.detach() / counts)
+        part = (inputs, None, targets, weights, offsets)  # every token's logits
+        sums = backward_part(self.model, self.model, self.autocast, part, counts)
+        self.running.add_(sums / counts)
         self.optimizer.filter_grads_with(self.settings)
         self.optimizer.clip_grad_norms(list(range(self.n_members)))
         self.optimizer.step_with(self.settings)

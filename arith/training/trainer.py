@@ -34,7 +34,7 @@ from arith.training.cost import n_params, planned_steps, step_cost
 from arith.training.device import autocast_for, hardware_record, pick_device
 from arith.training.diagnostics import RunDiagnostics
 from arith.training.graph_step import GraphedStep, step_mode, step_name
-from arith.training.loss import member_loss_sums
+from arith.training.loss import backward_part
 from arith.training.member_run import (
     MemberRun,
     evaluate_member,
@@ -213,16 +213,8 @@ def _eager_step(model, forward, optimizer: PackedAdamW, autocast, batch, running
     ``active``; each member's mean loss per token added to ``running`` on the device."""
     optimizer.zero_grad()
     loss_sums = torch.zeros_like(running)
-    for inputs, picks, targets, weights, offset in batch.parts:
-        with autocast:
-            if picks is None:  # compiled: every token's, (B, T, vocab)
-                logits, _ = forward(inputs, abacus_offset=offset)
-            else:  # the answer's tokens only, (M, n, vocab)
-                logits = model.picked_logits(inputs, picks, abacus_offset=offset)
-        sums = member_loss_sums(logits, targets, weights)
-        loss_sums = loss_sums + sums.detach()
-        # the members share no parameter: each gets its own gradient
-        (sums / batch.token_counts).sum().backward()
+    for part in batch.parts:
+        loss_sums = loss_sums + backward_part(model, forward, autocast, part, batch.token_counts)
     # (M,) mean per token, added up on the device: read at the members' evaluations
     running.add_(loss_sums / batch.token_counts)
     # filter, clip, step: only the members still training

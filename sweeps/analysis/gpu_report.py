@@ -8,6 +8,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+STEP_COLUMNS = ["size", "n_params", "eager_steps_per_s", "graph_steps_per_s", "graph_ratio"]
+STEP_COLUMNS += ["compiled_steps_per_s", "compiled_ratio"]
+PACK_COLUMNS = ["size", "n_params", "pack", "unpacked_trials_per_h", "packed_trials_per_h"]
+PACK_COLUMNS += ["ratio", "precision", "mfu"]
+TABLES = (
+    (
+        "eager_vs_compiled",
+        "One trial, eager, graphed and compiled (steps per second)",
+        STEP_COLUMNS,
+    ),
+    ("packs", "Packs (trials per hour)", PACK_COLUMNS),
+)
+"""The report's tables: the part of the figures each shows, its title and its columns."""
+
 
 def write_report(folder: Path, figures) -> None:
     """``report.md`` (the figures as tables) and ``figures.json`` in ``folder``; ``figures``:
@@ -36,37 +50,10 @@ def render_report(data: dict[str, Any]) -> str:
         lines += [f"## {title}", "", _fields(part), ""]
     tests = parts.get("cuda_tests", {})
     lines += ["## CUDA tests", "", _fields(tests), ""]
-    graphed = parts.get("eager_vs_compiled", {})
-    lines += ["## One trial, eager against the graphed step and compiled (steps per second)", ""]
-    lines += _table(
-        graphed.get("rows"),
-        [
-            "size",
-            "n_params",
-            "eager_steps_per_s",
-            "graph_steps_per_s",
-            "graph_ratio",
-            "compiled_steps_per_s",
-            "compiled_ratio",
-        ],
-        graphed,
-    )
-    packed = parts.get("packs", {})
-    lines += ["## Packs (trials per hour)", ""]
-    lines += _table(
-        packed.get("rows"),
-        [
-            "size",
-            "n_params",
-            "pack",
-            "unpacked_trials_per_h",
-            "packed_trials_per_h",
-            "ratio",
-            "precision",
-            "mfu",
-        ],
-        packed,
-    )
+    for key, title, columns in TABLES:
+        part = parts.get(key, {})
+        lines += [f"## {title}", ""]
+        lines += _table(part.get("rows"), columns, part)
     return "\n".join(lines).rstrip() + "\n"
 
 
