@@ -12,7 +12,8 @@ on one CUDA card, the Ray path first (it has never run on a GPU), then the kerne
 4. steps per second of one trial, eager against the whole step as one CUDA graph
    (``train.compile: graph``) and against ``torch.compile`` of the forward pass
    (``train.compile: true``), at 100K, 1M and 10M parameters, from each run's last interval
-   (after the compile and the graphs' recording);
+   (after the compile and the graphs' recording); and one evaluation of 1,000 problems, greedy
+   decoding against decoding at fixed shapes through a captured step;
 5. packs of 1, 16 and 64 members at 100K and 1M: trials per hour packed against unpacked
    (``sweeps.bench_pack.run_pack_bench``; the unpacked side timed on ``UNPACKED_SAMPLE`` of the
    members) and each pack's MFU against the card's bf16 peak where it trains in bf16.
@@ -50,6 +51,7 @@ CUDA_TESTS = [
 GPU_STEPS = 30  # per packed trial: past the first steps' warm-up, and 2 x 81 trials fit
 # On an H200, 64 unpacked 10M trials took over 170 s alone; their rate from 8 of them.
 UNPACKED_SAMPLE = 8
+EVAL_PROBLEMS = 1000  # part 4's evaluation: the main job's validation set's size
 
 
 STEP_MODES = ((False, "eager"), ("graph", "graph"), (True, "compiled"))
@@ -225,6 +227,11 @@ def eager_vs_compiled(plan: Plan) -> dict[str, Any]:
         for _, name in plan.step_modes[1:]:
             row[f"{name}_ratio"] = round(row[f"{name}_steps_per_s"] / row["eager_steps_per_s"], 2)
             said.append(f"{name} {row[f'{name}_steps_per_s']} ({row[f'{name}_ratio']}x)")
+        if any(mode == "graph" for mode, _ in plan.step_modes):  # and its decoding, graphed
+            row["eager_eval_s"] = round(eval_seconds(size, plan.device, fixed=False), 3)
+            row["graph_eval_s"] = round(eval_seconds(size, plan.device, fixed=True), 3)
+            row["graph_eval_ratio"] = round(row["eager_eval_s"] / row["graph_eval_s"], 2)
+            said.append(f"evaluation {row['graph_eval_ratio']}x")
         print(f"{size:>5} ({row['n_params']:,} params): " + ", ".join(said), flush=True)
         rows.append(row)
     return {"rows": rows, "steps": plan.graph_steps}
@@ -242,6 +249,31 @@ def step_rate(size: str, steps: int, device: str, compile: bool | str) -> tuple[
     summary = train(dataclasses.replace(config, train=train_cfg), reports.append)
     last = [r for r in reports if "perf/examples_per_s" in r][-1]
     return last["perf/examples_per_s"] / config.train.batch_size, int(summary["n_params"])
+
+
+def eval_seconds(size: str, device: str, fixed: bool) -> float:
+    """Seconds one untrained ``size`` model takes to measure ``EVAL_PROBLEMS`` validation
+    problems (every answer decoded to its full budget), the second time: with ``fixed``, its
+    decoding at fixed shapes, captured as a CUDA graph the first time (``train.compile: graph``'s
+    evaluation, arith.evaluation.static_decode)."""
+    import contextlib
+
+    import torch
+
+    from arith.evaluation.evaluate import evaluate_set
+    from arith.evaluation.static_decode import StaticDecoding
+    from arith.training.trainer import build_pack
+    from sweeps.bench_pack import pack_configs
+
+    (config,) = pack_configs(size, 1, 2, device)
+    data = dataclasses.replace(config.data, val_size=EVAL_PROBLEMS)
+    (member,), model = build_pack([dataclasses.replace(config, data=data)], torch.device(device))
+    problems, fmt = member.dataset.eval_sets["val"], member.dataset.format
+    with StaticDecoding() if fixed else contextlib.nullcontext():
+        evaluate_set(model, fmt, problems, torch.device(device))  # the capture, where fixed
+        start = time.perf_counter()
+        evaluate_set(model, fmt, problems, torch.device(device))  # reads its figures back
+        return time.perf_counter() - start
 
 
 def packs(plan: Plan, device_name: str) -> dict[str, Any]:

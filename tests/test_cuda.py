@@ -1,6 +1,7 @@
 """The CUDA path, checked on a GPU only (``python -m sweeps.bench --gpu`` runs these with
 ``-m cuda``): bf16 logits against fp32, a pack against its members alone, cached decoding, a
-resumed run, a compiled run (CUDA graphs, or length buckets) against the eager one. Every test
+resumed run, a compiled run (CUDA graphs, or length buckets) against the eager one, decoding
+at fixed shapes through a captured step against the growing cache. Every test
 skips where torch sees no CUDA device; those added on 2026-11-26 passed on an H200 (docs/gpu.md),
 the compiled runs' have not run yet."""
 
@@ -157,3 +158,37 @@ def test_the_whole_step_as_one_cuda_graph_trains_as_the_eager_one(
         for got, want in ((b, a), (vb, va)):
             assert (got is None) == (want is None)
             assert want is None or got == pytest.approx(want, rel=rel, abs=1e-5)
+
+
+@pytest.mark.parametrize("position", ["rope", "abacus_bias", "learned"])
+def test_a_captured_decoding_step_writes_what_greedy_decoding_writes(position):
+    # evaluation's decoding at fixed shapes (arith.evaluation.static_decode): the step captured
+    # once, replayed for every token of batch after batch, against the growing cache
+    from arith.evaluation.decode import greedy_decode
+    from arith.evaluation.static_decode import StaticDecoder
+
+    model = _model(position)
+    decoder = StaticDecoder(model, rows=8, capacity=32, eos_id=15)
+    assert decoder.graph is not None
+    for length in (7, 4, 9):
+        prompts = torch.randint(0, 16, (8, length), device=CUDA)
+        expected = greedy_decode(model, prompts, 16, eos_id=15)
+        assert torch.equal(decoder.decode(prompts, 16), expected)
+    assert decoder.steps == 3 * 15
+
+
+def test_evaluation_through_captured_decoding_measures_what_it_measures_without():
+    from arith.evaluation.evaluate import evaluate_members
+    from arith.evaluation.static_decode import StaticDecoding
+    from arith.training.trainer import build_pack
+
+    configs = [_config(f"train.seed={i}", "task.name=multi_op") for i in range(2)]
+    members, packed = build_pack(configs, CUDA)
+    problems, fmt = members[0].dataset.eval_sets["val"], members[0].dataset.format
+    expected = evaluate_members(packed, fmt, problems, CUDA)
+    with StaticDecoding() as decoding:
+        got = evaluate_members(packed, fmt, problems, CUDA)
+        assert all(d.graph is not None for d in decoding.decoders.values())
+    for member_got, member_expected in zip(got, expected, strict=True):
+        for key, value in member_expected.items():
+            assert member_got[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key

@@ -49,13 +49,15 @@ def test_the_report_shows_every_figure_measured(tmp_path):
         "eager_vs_compiled": {"rows": [{"size": "100k", "n_params": 101_000,
                               "eager_steps_per_s": 70.5, "graph_steps_per_s": 412.25,
                               "graph_ratio": 5.85, "compiled_steps_per_s": 140.0,
-                              "compiled_ratio": 1.99}]},
+                              "compiled_ratio": 1.99, "eager_eval_s": 2.5,
+                              "graph_eval_s": 0.4, "graph_eval_ratio": 6.25}]},
         "packs": {"skipped": "12 s left, ~90 s needed"},
     }  # fmt: skip
     write_report(tmp_path, figures)
     report = (tmp_path / "report.md").read_text()
     shown = ["NVIDIA H200", "best_test: 0.9965", "stop_exit_code: 130", "8 passed in 30.1s"]
-    shown += ["| 100k | 101000 | 70.5 | 412.2 | 5.85 | 140 | 1.99 |", "12 s left, ~90 s needed"]
+    shown += ["| 100k | 101000 | 70.5 | 412.2 | 5.85 | 140 | 1.99 | 2.5 | 0.4 | 6.25 |"]
+    shown += ["12 s left, ~90 s needed"]
     shown += ["401 s"]
     for text in shown:
         assert text in report, text
@@ -85,6 +87,9 @@ def test_part_4_times_each_step_mode_against_eager():
     (row,) = bench_gpu.eager_vs_compiled(plan)["rows"]
     assert row["size"] == "1k" and row["eager_steps_per_s"] > 0 and row["graph_steps_per_s"] > 0
     assert row["graph_ratio"] == round(row["graph_steps_per_s"] / row["eager_steps_per_s"], 2)
+    # and one evaluation, greedy decoding against decoding at fixed shapes
+    assert row["eager_eval_s"] > 0 and row["graph_eval_s"] > 0
+    assert row["graph_eval_ratio"] == round(row["eager_eval_s"] / row["graph_eval_s"], 2)
 
 
 def test_the_main_job_is_the_flagship():

@@ -20,10 +20,7 @@ def test_members_decoded_together_measure_what_each_measures_alone(task, monkeyp
     # a packed decoding batch of 3 rows per member: the members' blocks must not mix across
     # chunks; prompts of several lengths and fed answer tokens (mask_first_n) must line up
     monkeypatch.setattr(decode, "PACK_ROWS", 9)
-    configs = [tiny(*m, "data.seed=0", "data.val_size=40", *task) for m in MEMBERS]
-    members, packed = build_pack(configs, DEVICE)
-    problems = members[0].dataset.eval_sets["val"]
-    fmt = members[0].dataset.format
+    packed, fmt, problems = pack_and_val_set(*task)
     together = evaluate_members(packed, fmt, problems, DEVICE)
     alone = [evaluate_set(view, fmt, problems, DEVICE) for view in packed.member_views()]
     for got, expected in zip(together, alone, strict=True):
@@ -31,6 +28,14 @@ def test_members_decoded_together_measure_what_each_measures_alone(task, monkeyp
         for key, value in expected.items():
             assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
     assert len({a["loss"] for a in alone}) == 3  # three different models were measured
+
+
+def pack_and_val_set(*sets: str):
+    """The members of ``MEMBERS`` on one split of 40 validation problems, packed; their
+    format and validation set."""
+    configs = [tiny(*m, "data.seed=0", "data.val_size=40", *sets) for m in MEMBERS]
+    members, packed = build_pack(configs, DEVICE)
+    return packed, members[0].dataset.format, members[0].dataset.eval_sets["val"]
 
 
 def test_a_model_of_one_member_is_measured_as_before():

@@ -1,7 +1,9 @@
 """Batched greedy decoding with a KV cache.
 
 Problems are grouped by prompt length, so each group decodes as one batch with no padding:
-the prompt is read in one forward pass, then one token per step for the whole group.
+the prompt is read in one forward pass, then one token per step for the whole group. While a
+``static_decode.StaticDecoding`` is entered (a run whose step is a CUDA graph), each set decodes
+at one shape instead: every chunk padded to the set's rows, one cache as long as the set needs.
 """
 
 from __future__ import annotations
@@ -9,14 +11,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from arith.evaluation import static_decode
+from arith.evaluation.static_decode import CHECK_EVERY
 from arith.model.gpt import GPT
 from arith.problems.tasks import Problems
 from arith.text.formats import Encoded, Format
-
-CHECK_EVERY = 8
-"""Decoding steps between two looks at whether every row has ended. Each look reads a value
-back from the device, so the host waits for it; rows that ended keep writing EOS, so the steps
-decoded past the end change nothing but the time they take."""
 
 
 @torch.no_grad()
@@ -126,7 +125,10 @@ def generate_member_ids(
     forced = np.minimum(reference.config.mask_first_n, answers.answer_len - 1)
     # columns past a row's budget are EOS, as a row that ended writes them
     generated = np.full((members, len(problems), limit), fmt.eos_id, dtype=np.int64)
-    groups = np.unique(np.stack([encoded.prompt_len, forced], axis=1), axis=0)
+    groups, group_sizes = np.unique(
+        np.stack([encoded.prompt_len, forced], axis=1), axis=0, return_counts=True
+    )
+    fixed = _fixed_shape(model, chunk_rows, group_sizes, encoded, limit, fmt.eos_id)
     for length, n in groups.tolist():  # prompts of one length, the same tokens fed in
         rows = np.flatnonzero((encoded.prompt_len == length) & (forced == n))
         # Chunks of alike expected answers, each decoded to its longest answer plus one: a
@@ -143,16 +145,48 @@ def generate_member_ids(
             decoded = np.empty((members, len(chunk), budget), dtype=np.int64)
             decoded[:, :, :n] = given[None, :, :budget]
             if n < budget:
-                every_member = np.tile(prompts, (members, 1))  # (M * len(chunk), T)
-                out = greedy_decode(
-                    model, torch.from_numpy(every_member).to(device), budget - n, fmt.eos_id
-                )
-                decoded[:, :, n:] = out.cpu().numpy().reshape(members, len(chunk), -1)
+                decoded[:, :, n:] = _decode(model, prompts, budget - n, fmt.eos_id, device, fixed)
             if not max_new_tokens:
                 past_own = np.arange(budget)[None, :] > answers.answer_len[chunk, None]
                 decoded[:, past_own] = fmt.eos_id
             generated[:, chunk, :budget] = decoded
     return generated
+
+
+def _fixed_shape(
+    model: GPT, chunk_rows: int, group_sizes: np.ndarray, encoded: Encoded, limit: int, eos_id: int
+) -> static_decode.StaticDecoder | None:
+    """The set's fixed-shape decoder while a ``StaticDecoding`` is entered, else None: as many
+    rows per member as the set's largest chunk, room for its longest prompt and budget."""
+    decoding = static_decode.active()
+    if decoding is None:
+        return None
+    rows = min(chunk_rows, int(group_sizes.max())) * members_of(model)
+    capacity = int(encoded.prompt_len.max()) + limit
+    return decoding.decoder(model, rows, capacity, eos_id)
+
+
+def _decode(
+    model: GPT,
+    prompts: np.ndarray,
+    new_tokens: int,
+    eos_id: int,
+    device,
+    fixed: static_decode.StaticDecoder | None,
+) -> np.ndarray:
+    """Every member's greedy continuation of ``prompts`` (b, T), (M, b, new_tokens): by
+    ``greedy_decode``, or by ``fixed`` with the chunk padded to its rows (copies of the first
+    prompt, whose continuations are dropped)."""
+    members, b = members_of(model), len(prompts)
+    if fixed is not None:
+        padding = np.repeat(prompts[:1], fixed.rows // members - b, axis=0)
+        prompts = np.concatenate([prompts, padding])
+    every_member = torch.from_numpy(np.tile(prompts, (members, 1))).to(device)  # (M * b', T)
+    if fixed is None:
+        out = greedy_decode(model, every_member, new_tokens, eos_id)
+    else:
+        out = fixed.decode(every_member, new_tokens)
+    return out.cpu().numpy().reshape(members, len(prompts), -1)[:, :b]
 
 
 def _answer_prefix(encoded: Encoded, rows: np.ndarray, n: int) -> np.ndarray:

@@ -24,6 +24,7 @@ def attention(
     rates: tuple[float, ...],
     bias: Tensor | None = None,
     relative_values: Callable[[Tensor], Tensor] | None = None,
+    visible: Tensor | None = None,
 ) -> Tensor:
     """Each new query attends to every cached key and to itself: q (B, nh, T, hs), k and v
     (B, nh, S, hs) -> (B, nh, T, hs).
@@ -31,12 +32,14 @@ def attention(
     ``rates``: dropout on the weights, one rate per member (one for all: ``(rate,)``).
     ``bias`` (B, nh, T, S) is added to the logits (``abacus_bias``); the causal mask is
     applied here. ``relative_values`` maps the weights (B, nh, T, S) to what they read
-    besides ``v`` (``abacus_bias_values``).
+    besides ``v`` (``abacus_bias_values``). ``visible`` (T, S): which keys each query sees,
+    where that is not the causal mask over the last ``T`` of ``S`` keys (a static cache's keys
+    past its length, arith.model.kv_cache).
     """
     T, S = q.shape[2], k.shape[2]
     t_past = S - T
     if bias is not None:
-        bias = bias.masked_fill(~causal_mask(T, t_past, q.device), float("-inf")).to(q.dtype)
+        bias = bias.masked_fill(~_seen(T, t_past, q.device, visible), float("-inf")).to(q.dtype)
     # The explicit matmuls where the fused kernel does not serve: it returns no weights (the
     # relative values read them), it takes one dropout rate (a pack's members may differ), and
     # where it is slower (arith.model.kernels: on CPU, measured in docs/notes/kernels.md).
@@ -44,7 +47,7 @@ def attention(
     if explicit or kernels.explicit_attention_pays(q, S):
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, nh, T, S)
         if bias is None:
-            scores = scores.masked_fill(~causal_mask(T, t_past, q.device), float("-inf"))
+            scores = scores.masked_fill(~_seen(T, t_past, q.device, visible), float("-inf"))
         else:
             scores = scores + bias
         weights = kernels.softmax_fp32(scores).to(scores.dtype)
@@ -54,6 +57,8 @@ def attention(
     # the fused kernel, with the cheapest mask that says which keys a query sees
     if bias is not None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=rates[0])
+    if visible is not None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=rates[0])
     if t_past == 0:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=rates[0], is_causal=True)
     if T == 1:  # one new token sees everything before it
@@ -66,3 +71,8 @@ def attention(
 def causal_mask(T: int, t_past: int, device: torch.device) -> Tensor:
     """(T, t_past + T) True where a new token may attend: every cached key and itself."""
     return torch.ones(T, t_past + T, dtype=torch.bool, device=device).tril(t_past)
+
+
+def _seen(T: int, t_past: int, device: torch.device, visible: Tensor | None) -> Tensor:
+    """``visible`` where given, else the causal mask: (T, S) True where a query sees a key."""
+    return causal_mask(T, t_past, device) if visible is None else visible

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from arith.model import legacy, positions
 from arith.model.attention import attention
-from arith.model.kv_cache import KVCache
+from arith.model.kv_cache import Cache, KVCache
 from arith.model.members import MemberEmbedding, MemberLayerNorm, MemberLinear, member_dropout
 from arith.model.modelconf import ModelConfig
 
@@ -60,7 +60,7 @@ class CausalSelfAttention(nn.Module):
         self,
         x: Tensor,
         rope: Tensor | None,
-        cache: KVCache,
+        cache: Cache,
         layer: int,
         dropout: tuple[float, ...],
         differences: Tensor | None = None,
@@ -78,17 +78,16 @@ class CausalSelfAttention(nn.Module):
         if self.cfg.log_length_attention:  # the query at position t sees t + 1 keys
             # in fp32 whatever autocast does: bf16 holds integers exactly only to 256 (257
             # keys read as 256) and its log to 3 significant digits
-            t = cache.length
-            n_keys = torch.arange(t + 1, t + T + 1, device=x.device, dtype=torch.float32)
+            n_keys = cache.positions(T, x.device).float() + 1
             q = (q.float() * n_keys.log()[:, None]).to(q.dtype)
-        k, v = cache.write(layer, k, v)  # (B, nh, S, hs), S = cache.length + T
+        k, v = cache.write(layer, k, v)  # (B, nh, S, hs): the cached keys, new included
         bias = relative_values = None
         if differences is not None:
             bias = self.abacus_bias(differences)  # (B, nh, T, S)
             if self.abacus_bias.values is not None:
                 relative_values = partial(self.abacus_bias.read_values, differences=differences)
         rates = dropout if self.training else (0.0,)
-        y = attention(q, k, v, rates, bias, relative_values)  # (B, nh, T, hs)
+        y = attention(q, k, v, rates, bias, relative_values, cache.visible(T))  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(*lead, T, C)  # heads side by side again
         return member_dropout(self.proj(y), dropout, self.training)
 
@@ -111,7 +110,7 @@ class Block(nn.Module):
         self.ln_2 = MemberLayerNorm(members, cfg.d_model, cfg.bias)
         self.mlp = MLP(cfg, members)
 
-    def forward(self, x, rope, cache: KVCache, layer: int, dropout, differences=None) -> Tensor:
+    def forward(self, x, rope, cache: Cache, layer: int, dropout, differences=None) -> Tensor:
         """x (M, b, T, C) -> (M, b, T, C), as CausalSelfAttention.forward takes its arguments."""
         x = x + self.attn(self.ln_1(x), rope, cache, layer, dropout, differences)
         return x + self.mlp(self.ln_2(x), dropout)
@@ -225,10 +224,10 @@ class GPT(nn.Module):
     def forward(
         self,
         idx: Tensor,
-        cache: KVCache | None = None,
+        cache: Cache | None = None,
         abacus_offset: Tensor | None = None,
         reserve: int = 0,
-    ) -> tuple[Tensor, KVCache]:
+    ) -> tuple[Tensor, Cache]:
         """Logits (B, T, vocab) for tokens ``idx`` (B, T) following the cached prefix, if any.
 
         With several members, rows ``i*B/M .. (i+1)*B/M`` belong to member ``i``.
@@ -249,8 +248,12 @@ class GPT(nn.Module):
         return self._head(x.gather(1, picks[..., None].expand(-1, -1, x.shape[-1])))
 
     def _last_hidden(
-        self, idx: Tensor, cache: KVCache | None, abacus_offset: Tensor | None, reserve: int
-    ) -> tuple[Tensor, KVCache]:
+        self,
+        idx: Tensor,
+        cache: Cache | None,
+        abacus_offset: Tensor | None,
+        reserve: int,
+    ) -> tuple[Tensor, Cache]:
         """The last block's output, (M, b * T, C), and the cache it extended."""
         B, T = idx.shape
         M = self.members
@@ -263,7 +266,7 @@ class GPT(nn.Module):
             if layer > 0 and self.cfg.input_injection:
                 x = x + embedded
             x = block(x, rope, cache, layer, self.dropout_rates, differences)
-        cache.length += T
+        cache.advance(T)
         return x.flatten(1, 2), cache
 
     def _head(self, x: Tensor) -> Tensor:
@@ -272,25 +275,25 @@ class GPT(nn.Module):
         head = self.wte.weight if self.lm_head is None else self.lm_head.weight  # (M, vocab, C)
         return torch.bmm(x, head.transpose(1, 2))
 
-    def _positions(self, x: Tensor, idx: Tensor, cache: KVCache, abacus_offset: Tensor | None):
+    def _positions(self, x: Tensor, idx: Tensor, cache: Cache, abacus_offset: Tensor | None):
         """The position signal of ``model.position`` (arith.model.positions), worked out only for
         that scheme: ``x`` (M, b, T, C) with position embeddings added, the rotary tables, the
         ``abacus_bias`` differences."""
         cfg, M, T = self.cfg, self.members, idx.shape[1]
         rope = differences = None
         if cfg.position in ("learned", "rope"):
-            token_positions = torch.arange(cache.length, cache.length + T, device=idx.device)
+            token_positions = cache.positions(T, idx.device)
         if cfg.position == "learned":
             x = x + self.wpe(token_positions.expand(M, T))[:, None]  # (M, 1, T, C)
         elif cfg.position == "rope":
             rope = positions.rope_tables(token_positions, cfg.head_dim, cfg.rope_theta, x.dtype)
         elif cfg.position == "abacus":
-            run = positions.continue_digit_runs(self.is_digit[idx], cache)  # (B, T)
+            run, _ = positions.continue_digit_runs(self.is_digit[idx], cache)  # (B, T)
             index = positions.abacus_index(run, abacus_offset).clamp(max=cfg.abacus_max_k)
             x = x + self.abacus(index.view(M, -1, T))  # (M, b, T, C)
         elif cfg.position == "abacus_bias":
-            run = positions.continue_digit_runs(self.is_digit[idx], cache, keep_all=True)
+            run, every = positions.continue_digit_runs(self.is_digit[idx], cache, keep_all=True)
             differences = positions.clipped_differences(
-                run, cache.digit_index, cfg.abacus_bias_reach, cfg.abacus_bias_window
+                run, every, cfg.abacus_bias_reach, cfg.abacus_bias_window
             )  # (B, T, S)
         return x, rope, differences

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from arith.model.kv_cache import KVCache
+from arith.model.kv_cache import Cache
 
 
 def digit_run_index(is_digit: Tensor, prev_run: Tensor) -> Tensor:
@@ -39,19 +39,17 @@ def digit_run_index(is_digit: Tensor, prev_run: Tensor) -> Tensor:
     return run + before_first_break * d * prev_run[:, None]
 
 
-def continue_digit_runs(is_digit: Tensor, cache: KVCache, keep_all: bool = False) -> Tensor:
-    """:func:`digit_run_index` of the tokens (B, T) that follow those in ``cache``. The cache
-    keeps the last token's index, for the next chunk, and with ``keep_all`` every token's
-    (``cache.digit_index`` (B, S): ``abacus_bias`` compares each query with every key)."""
+def continue_digit_runs(
+    is_digit: Tensor, cache: Cache, keep_all: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`digit_run_index` of the tokens (B, T) that follow those in ``cache``, and with
+    ``keep_all`` every cached token's index as well, (B, S) (``abacus_bias`` compares each query
+    with every key). The cache keeps the last token's index, for the next chunk."""
     prev_run = cache.digit_run
     if prev_run is None:
         prev_run = torch.zeros(len(is_digit), dtype=torch.long, device=is_digit.device)
     run = digit_run_index(is_digit, prev_run)
-    cache.digit_run = run[:, -1]
-    if keep_all:
-        seen = cache.digit_index
-        cache.digit_index = run if seen is None else torch.cat([seen, run], dim=1)
-    return run
+    return run, cache.keep_digit_runs(run, keep_all)
 
 
 def abacus_index(run: Tensor, offset: Tensor | None) -> Tensor:

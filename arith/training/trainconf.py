@@ -68,12 +68,14 @@ class TrainConfig:
     compile: bool | Literal["auto", "graph"] = False
     """How a training step runs. ``false``: eager. ``graph``: the whole step (forward,
     backward, filter, clipping, AdamW) as one CUDA graph over buffers of one shape
-    (``arith.training.graph_step``); off CUDA the same step eagerly. ``true``: ``torch.compile``
-    of the forward pass (``mode="reduce-overhead"``, CUDA graphs of the forward, on CUDA).
-    ``auto``: ``graph`` on CUDA with one length bucket, else eager. Off by default until the GPU
-    acceptance run (``python -m sweeps.bench --gpu``) has measured the graph against eager; on
-    2 CPU cores (2026-11-26) ``true`` gave 1.19x eager fp32 at 1M parameters after warm-up
-    (1.82 -> 2.17 steps/s, ``python -m arith.bench --compile``), the compile itself left out."""
+    (``arith.training.graph_step``), and evaluation's decoding step likewise
+    (``arith.evaluation.static_decode``); off CUDA the same steps eagerly. ``true``:
+    ``torch.compile`` of the forward pass (``mode="reduce-overhead"``, CUDA graphs of the
+    forward, on CUDA). ``auto``: ``graph`` on CUDA with one length bucket, else eager. Off by
+    default until the GPU acceptance run (``python -m sweeps.bench --gpu``) has measured the
+    graph against eager; on 2 CPU cores (2026-11-26) ``true`` gave 1.19x eager fp32 at 1M
+    parameters after warm-up (1.82 -> 2.17 steps/s, ``python -m arith.bench --compile``), the
+    compile itself left out."""
     time_budget_s: float | None = None
     """Stop training after this many seconds (then evaluate and return)."""
     peak_flops: float | None = None

@@ -14,6 +14,7 @@ per-member settings a step needs go to the device without a wait (``optim.py``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
@@ -27,6 +28,7 @@ from arith.data.batches import BatchSource
 from arith.data.dataset import Dataset, dataset_key
 from arith.data.recent import recent_dataset
 from arith.errors import ConfigError
+from arith.evaluation.static_decode import StaticDecoding
 from arith.model import gpt as model_lib
 from arith.training import checkpoint as ckpt
 from arith.training import step_batch
@@ -160,7 +162,9 @@ def train_pack(
     )  # fmt: skip
     n = len(members)
     folders = [checkpoint_dir and ckpt.member_dir(checkpoint_dir, i, n) for i in range(n)]
-    with BatchProducer(build, step_batch.position(members), device) as batches:
+    # with the graphed step, evaluation decodes at fixed shapes too, its step a graph on CUDA
+    decoding = StaticDecoding() if mode == "graph" else contextlib.nullcontext()
+    with decoding, BatchProducer(build, step_batch.position(members), device) as batches:
         while True:
             # evaluate, checkpoint and report: each member on its own schedule
             due = [i for i, m in enumerate(members) if m.active and m.due(step)]

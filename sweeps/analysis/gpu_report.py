@@ -10,6 +10,7 @@ from typing import Any
 
 STEP_COLUMNS = ["size", "n_params", "eager_steps_per_s", "graph_steps_per_s", "graph_ratio"]
 STEP_COLUMNS += ["compiled_steps_per_s", "compiled_ratio"]
+STEP_COLUMNS += ["eager_eval_s", "graph_eval_s", "graph_eval_ratio"]
 PACK_COLUMNS = ["size", "n_params", "pack", "unpacked_trials_per_h", "packed_trials_per_h"]
 PACK_COLUMNS += ["ratio", "precision", "mfu"]
 TABLES = (
