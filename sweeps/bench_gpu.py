@@ -16,7 +16,9 @@ on one CUDA card, the Ray path first (it has never run on a GPU), then the kerne
    decoding against decoding at fixed shapes through a captured step;
 5. packs of 1, 16 and 64 members at 100K and 1M: trials per hour packed against unpacked
    (``sweeps.bench_pack.run_pack_bench``; the unpacked side timed on ``UNPACKED_SAMPLE`` of the
-   members) and each pack's MFU against the card's bf16 peak where it trains in bf16.
+   members) and each pack's MFU against the card's bf16 peak where it trains in bf16;
+6. sharing the card: 16 trials of 100K through ``sweeps.run``'s driver with ``gpu: auto``, as
+   many at once as there are CPUs at that fraction of the GPU each, against one pack of 16.
 
 A part that would not fit the time left is skipped and says so. ``--report DIR`` writes
 ``report.md`` and ``figures.json`` (every figure above) there. Without CUDA it says so in one
@@ -78,6 +80,9 @@ class Plan:
     packs: tuple[int, ...] = (1, 16, 64)
     pack_steps: int = GPU_STEPS
     unpacked_sample: int = UNPACKED_SAMPLE
+    sharing_sizes: tuple[str, ...] = ("100k",)
+    sharing_trials: int = 16
+    sharing_steps: int = 200
 
 
 GPU = Plan()
@@ -97,6 +102,9 @@ REHEARSAL = Plan(
     packs=(1, 2),
     pack_steps=4,
     unpacked_sample=2,
+    sharing_sizes=("1k",),
+    sharing_trials=4,
+    sharing_steps=20,
 )
 
 
@@ -131,6 +139,7 @@ def gpu_main(report_dir: Path | None = None, plan: Plan = GPU) -> int:
         # a size: torch.compile's ~40 s, the eager and graphed runs ~10 s each (estimated)
         ("eager_vs_compiled", 70 * len(plan.graph_sizes), lambda: eager_vs_compiled(plan)),
         ("packs", 90, lambda: packs(plan, name)),
+        ("sharing", 90, lambda: sharing(plan)),
     ]
     for number, (key, needs_s, run) in enumerate(parts, 1):
         print(f"\n{number}. {key.replace('_', ' ')}", flush=True)
@@ -311,6 +320,16 @@ def packs(plan: Plan, device_name: str) -> dict[str, Any]:
         "unpacked_sample": plan.unpacked_sample,
         "peak_flop_per_s": bf16_peak,
     }
+
+
+def sharing(plan: Plan) -> dict[str, Any]:
+    """Part 6: how ``gpu: auto`` should share a card among same-shape trials (issue 46, item 2):
+    fractional GPUs against one pack, whole sweeps (``sweeps.bench_pack.run_sharing_bench``)."""
+    from sweeps.bench_pack import run_sharing_bench
+
+    on_gpu = plan.device == "cuda"
+    sizes, n, steps = list(plan.sharing_sizes), plan.sharing_trials, plan.sharing_steps
+    return {"rows": run_sharing_bench(sizes, n, steps, on_gpu), "steps": steps}
 
 
 def _brief(part: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -149,9 +150,12 @@ def _pack_row(row: dict) -> str:
     )
 
 
-def pack_sweep_spec(size: str, n_trials: int, pack: int, steps: int) -> dict:
+def pack_sweep_spec(
+    size: str, n_trials: int, pack: int, steps: int, on_gpu: bool = False, concurrent: int = 2
+) -> dict:
     """A sweep of ``n_trials`` seeds of one tiny shape on one data split, packed ``pack`` at a
-    time, two trials (or packs) at once on one CPU each."""
+    time, ``concurrent`` trials (or packs) at once on one CPU each; ``on_gpu``: with
+    ``gpu: auto`` and ``train.device: auto``, so that they share the machine's GPUs."""
     d_model, n_layer, n_head = PACK_SIZES[size]
     return {
         "sweep": {
@@ -159,8 +163,8 @@ def pack_sweep_spec(size: str, n_trials: int, pack: int, steps: int) -> dict:
             "metric": "val/exact_match",
             "search": "grid",
             "seeds": list(range(n_trials)),
-            "max_concurrent": 2,
-            "resources": {"cpu": 1, "gpu": 0},
+            "max_concurrent": concurrent,
+            "resources": {"cpu": 1, "gpu": "auto" if on_gpu else 0},
             "max_failures": 0,
             "pack": pack,
         },
@@ -173,16 +177,23 @@ def pack_sweep_spec(size: str, n_trials: int, pack: int, steps: int) -> dict:
                 "eval_every": steps,
                 "batch_size": 64,
                 "train_eval_size": 32,
-                "device": "cpu",
+                "device": "auto" if on_gpu else "cpu",
             },
         },
         "table": {"rows": ["train.seed"], "values": ["val/exact_match"], "aggregate": "mean"},
     }
 
 
-def run_pack_sweeps(sizes: list[str], packs: list[int], n_trials: int, steps: int) -> list:
+def run_pack_sweeps(
+    sizes: list[str],
+    packs: list[int],
+    n_trials: int,
+    steps: int,
+    on_gpu: bool = False,
+    concurrent: int = 2,
+) -> list:
     """Rows of (size, n_params, pack, seconds, trials per hour, ratio to pack 1) for whole
-    sweeps of ``n_trials`` trials through the driver."""
+    sweeps of ``n_trials`` trials through the driver (``pack_sweep_spec``'s)."""
     from arith.training.cost import describe
     from sweeps.spec.space import grid_points, resolve_run_config
     from sweeps.spec.sweep_spec import parse_spec
@@ -191,7 +202,7 @@ def run_pack_sweeps(sizes: list[str], packs: list[int], n_trials: int, steps: in
     for size in sizes:
         unpacked = None
         for pack in packs:
-            spec = parse_spec(pack_sweep_spec(size, n_trials, pack, steps))
+            spec = parse_spec(pack_sweep_spec(size, n_trials, pack, steps, on_gpu, concurrent))
             first = resolve_run_config(spec.base, grid_points(spec)[0], spec.derived)
             # the driver's progress line would interleave with the rows
             with (
@@ -215,6 +226,34 @@ def run_pack_sweeps(sizes: list[str], packs: list[int], n_trials: int, steps: in
                 f"{row['trials_per_h']:>14,.0f} {ratio:>6}",
                 flush=True,
             )
+    return rows
+
+
+def run_sharing_bench(sizes: list[str], n_trials: int, steps: int, on_gpu: bool) -> list[dict]:
+    """Rows of (size, n_params, trials, at once, fractional and packed trials per hour, ratio):
+    one sweep of ``n_trials`` trials through the driver (Ray, MLflow), as many at once as the
+    machine has CPUs, each at that fraction of the GPU (``gpu: auto``) where ``on_gpu``, against
+    the same sweep as one pack: which way ``gpu: auto`` should share a card."""
+    at_once = min(n_trials, os.cpu_count() or 1)
+    rows = []
+    for size in sizes:
+        fractional, packed = run_pack_sweeps(
+            [size], [1, n_trials], n_trials, steps, on_gpu=on_gpu, concurrent=at_once
+        )
+        ratio = packed["trials_per_h"] / fractional["trials_per_h"]
+        rows.append(
+            {
+                "size": size,
+                "n_params": fractional["n_params"],
+                "trials": n_trials,
+                "at_once": at_once,
+                "fractional_trials_per_h": round(fractional["trials_per_h"]),
+                "packed_trials_per_h": round(packed["trials_per_h"]),
+                "ratio": round(ratio, 2),
+            }
+        )
+        faster = "one pack" if ratio > 1 else "fractional GPUs"
+        print(f"{size:>5}: {faster} faster ({rows[-1]['ratio']}x packed)", flush=True)
     return rows
 
 

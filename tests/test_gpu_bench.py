@@ -52,12 +52,15 @@ def test_the_report_shows_every_figure_measured(tmp_path):
                               "compiled_ratio": 1.99, "eager_eval_s": 2.5,
                               "graph_eval_s": 0.4, "graph_eval_ratio": 6.25}]},
         "packs": {"skipped": "12 s left, ~90 s needed"},
+        "sharing": {"rows": [{"size": "100k", "n_params": 101_000, "trials": 16, "at_once": 16,
+                              "fractional_trials_per_h": 900, "packed_trials_per_h": 2700,
+                              "ratio": 3.0}]},
     }  # fmt: skip
     write_report(tmp_path, figures)
     report = (tmp_path / "report.md").read_text()
     shown = ["NVIDIA H200", "best_test: 0.9965", "stop_exit_code: 130", "8 passed in 30.1s"]
     shown += ["| 100k | 101000 | 70.5 | 412.2 | 5.85 | 140 | 1.99 | 2.5 | 0.4 | 6.25 |"]
-    shown += ["12 s left, ~90 s needed"]
+    shown += ["12 s left, ~90 s needed", "| 100k | 101000 | 16 | 16 | 900 | 2700 | 3 |"]
     shown += ["401 s"]
     for text in shown:
         assert text in report, text
@@ -79,6 +82,8 @@ def test_the_acceptance_run_rehearsed_on_the_cpu(tmp_path):
     assert stop["resume_exit_code"] == 0 and stop["finished_trials"] == 4
     assert [row["pack"] for row in parts["packs"]["rows"]] == [1, 2]
     assert [row["size"] for row in parts["eager_vs_compiled"]["rows"]] == ["1k"]
+    (shared,) = parts["sharing"]["rows"]  # 4 trials, 2 at once, against one pack of 4
+    assert shared["trials"] == 4 and shared["at_once"] == 2 and shared["ratio"] > 0
 
 
 def test_part_4_times_each_step_mode_against_eager():

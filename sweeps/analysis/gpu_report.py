@@ -13,6 +13,8 @@ STEP_COLUMNS += ["compiled_steps_per_s", "compiled_ratio"]
 STEP_COLUMNS += ["eager_eval_s", "graph_eval_s", "graph_eval_ratio"]
 PACK_COLUMNS = ["size", "n_params", "pack", "unpacked_trials_per_h", "packed_trials_per_h"]
 PACK_COLUMNS += ["ratio", "precision", "mfu"]
+SHARING_COLUMNS = ["size", "n_params", "trials", "at_once", "fractional_trials_per_h"]
+SHARING_COLUMNS += ["packed_trials_per_h", "ratio"]
 TABLES = (
     (
         "eager_vs_compiled",
@@ -20,6 +22,7 @@ TABLES = (
         STEP_COLUMNS,
     ),
     ("packs", "Packs (trials per hour)", PACK_COLUMNS),
+    ("sharing", "Sharing the card: fractional GPUs or one pack (trials per hour)", SHARING_COLUMNS),
 )
 """The report's tables: the part of the figures each shows, its title and its columns."""
 
