@@ -271,12 +271,17 @@ def pack_main(args: argparse.Namespace) -> int:
     if args.sweep:
         if 1 not in packs or args.trials % max(packs):
             fail(f"--packs: with --sweep, 1 and divisors of --trials {args.trials}, got {packs}")
-        print(f"whole sweeps of {args.trials} trials, {args.steps} steps each, two at a time on")
-        print("  one CPU each (Ray, MLflow on SQLite, the tables); pack 1 is the baseline")
+        # on a GPU, as many at once as there are CPUs, sharing the card (gpu: auto)
+        on_gpu = args.device.startswith("cuda")
+        at_once = min(args.trials, os.cpu_count() or 1) if on_gpu else 2
+        where = "sharing the GPU (gpu: auto)" if on_gpu else "on CPUs"
+        print(f"whole sweeps of {args.trials} trials, {args.steps} steps each, {at_once} at a")
+        print(f"  time {where}, one CPU each (Ray, MLflow on SQLite, the tables); pack 1 is the")
+        print("  baseline")
         print(
             f"{'size':>5} {'n_params':>9} {'pack':>5} {'seconds':>9} {'trials/h':>14} {'ratio':>6}"
         )
-        run_pack_sweeps(sizes, packs, args.trials, args.steps)
+        run_pack_sweeps(sizes, packs, args.trials, args.steps, on_gpu, at_once)
         return 0
     print(f"packed trials, {args.steps} steps each, device {args.device}; trials per hour:")
     print(
