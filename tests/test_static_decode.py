@@ -15,7 +15,7 @@ from test_pack import MEMBERS
 from test_pack import tiny as tiny_config
 from test_pack_eval import pack_and_val_set
 
-from arith.evaluation import decode
+from arith.evaluation import decode, static_decode
 from arith.evaluation.decode import greedy_decode
 from arith.evaluation.evaluate import evaluate_members
 from arith.evaluation.static_decode import CHECK_EVERY, StaticDecoder, StaticDecoding
@@ -139,3 +139,16 @@ def test_a_run_whose_step_is_the_graph_decodes_at_fixed_shapes(compile, decoded,
     summary = trainer.train(config)
     assert summary["hardware.step"] == ("graph" if decoded else "eager")
     assert bool(calls) == decoded
+
+
+def test_a_run_keeps_its_most_recently_used_decoders_only(monkeypatch):
+    monkeypatch.setattr(static_decode, "KEPT_DECODERS", 2)
+    model = model_of("rope", {})
+    with StaticDecoding() as decoding:
+        first = decoding.decoder(model, rows=4, capacity=10, eos_id=15)
+        second = decoding.decoder(model, rows=4, capacity=12, eos_id=15)
+        assert decoding.decoder(model, rows=4, capacity=10, eos_id=15) is first  # reused
+        third = decoding.decoder(model, rows=4, capacity=14, eos_id=15)  # drops the second
+        assert list(decoding.decoders.values()) == [first, third]
+        assert decoding.decoder(model, rows=4, capacity=12, eos_id=15) is not second
+    assert decoding.decoders == {}  # the run's end frees them

@@ -31,6 +31,11 @@ decoded past the end change nothing but the time they take."""
 WARMUP_STEPS = 3
 """Eager steps on a side stream before the capture (torch's recipe, as the training step's)."""
 
+KEPT_DECODERS = 4
+"""Decoders a run keeps at most, the least recently used dropped first: its validation set and
+training sample, decoded at every evaluation, stay captured; sets decoded once (the length
+probe's climb, dozens of shapes) do not pile up caches and graphs on the card."""
+
 _ACTIVE: ContextVar[StaticDecoding | None] = ContextVar("static_decoding", default=None)
 
 
@@ -40,7 +45,8 @@ def active() -> StaticDecoding | None:
 
 
 class StaticDecoding:
-    """A run's fixed-shape decoders, one per (model, rows, capacity), kept while entered."""
+    """A run's fixed-shape decoders, one per (model, rows, capacity), kept while entered, at
+    most ``KEPT_DECODERS`` of them."""
 
     def __init__(self) -> None:
         self.decoders: dict[tuple[int, int, int, int], StaticDecoder] = {}
@@ -57,9 +63,13 @@ class StaticDecoding:
         """The decoder of this shape for ``model``, made (and on CUDA captured) at first use.
         Each holds its model, so the ``id`` in its key stays that model's."""
         key = (id(model), rows, capacity, eos_id)
-        if key not in self.decoders:
-            self.decoders[key] = StaticDecoder(model, rows, capacity, eos_id)
-        return self.decoders[key]
+        decoder = self.decoders.pop(key, None)  # put back last: the most recently used
+        if decoder is None:
+            while len(self.decoders) >= KEPT_DECODERS:
+                self.decoders.pop(next(iter(self.decoders)))  # the least recently used
+            decoder = StaticDecoder(model, rows, capacity, eos_id)
+        self.decoders[key] = decoder
+        return decoder
 
 
 class StaticDecoder:
