@@ -30,7 +30,7 @@ def tiny(position: str, **kw) -> GPT:
 def test_cached_decoding_matches_full_forward(position, options):
     torch.manual_seed(0)
     model = tiny(position, **options)
-    _check_cached_decoding(model)
+    check_cached_decoding(model)
 
 
 def test_cached_decoding_with_relative_values_matches_full_forward():
@@ -39,13 +39,15 @@ def test_cached_decoding_with_relative_values_matches_full_forward():
     with torch.no_grad():  # they start at zero: give them something to read
         for layer in model.blocks:
             layer.attn.abacus_bias.values.normal_()
-    _check_cached_decoding(model)
+    check_cached_decoding(model)
 
 
-def _check_cached_decoding(model: GPT) -> None:
+def check_cached_decoding(model: GPT, cache=None) -> None:
+    """A prefix, a chunk after it, then token by token, into ``cache`` (default: a new
+    ``KVCache``), give a full pass's logits."""
     idx = torch.randint(0, 16, (3, 12))
     full, _ = model(idx)
-    logits, cache = model(idx[:, :5])
+    logits, cache = model(idx[:, :5], cache)
     chunk, cache = model(idx[:, 5:8], cache)  # several tokens after a cached prefix
     pieces = [logits, chunk]
     for t in range(8, 12):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_host_reads import HostReads
-from test_model import tiny
+from test_model import check_cached_decoding, tiny
 from test_pack import MEMBERS
 from test_pack import tiny as tiny_config
 from test_pack_eval import pack_and_val_set
@@ -48,15 +48,10 @@ def model_of(position: str, options: dict) -> GPT:
 @torch.no_grad()
 def test_a_static_cache_gives_the_growing_caches_logits(position, options):
     model = model_of(position, options)
-    idx = torch.randint(0, 16, (3, 12))
-    full, _ = model(idx)
     cache = StaticKVCache(3, 20, DEVICE)  # longer than the tokens: the rest must stay unseen
     for _ in range(2):  # and again after a reset, on the same buffers
         cache.reset()
-        logits, _ = model(idx[:, :5], cache)
-        chunk, _ = model(idx[:, 5:8], cache)  # several tokens after a cached prefix
-        pieces = [logits, chunk] + [model(idx[:, t : t + 1], cache)[0] for t in range(8, 12)]
-        torch.testing.assert_close(torch.cat(pieces, 1), full, atol=1e-5, rtol=1e-5)
+        check_cached_decoding(model, cache)
         assert int(cache.length) == 12
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from arith.evaluation import static_decode
-from arith.evaluation.static_decode import CHECK_EVERY
+from arith.evaluation.static_decode import CHECK_EVERY as CHECK_EVERY  # callers' old address
+from arith.evaluation.static_decode import next_tokens, stops_after
 from arith.model.gpt import GPT
 from arith.problems.tasks import Problems
 from arith.text.formats import Encoded, Format
@@ -34,11 +35,10 @@ def greedy_decode(
     finished = torch.zeros(prompts.shape[0], dtype=torch.bool, device=prompts.device)
     eos = torch.full_like(finished, eos_id, dtype=prompts.dtype)
     for i in range(max_new_tokens):
-        next_token = torch.where(finished, eos, logits[:, -1].argmax(-1))
+        next_token = next_tokens(logits, finished, eos)
         out[:, i] = next_token
-        finished |= next_token == eos_id
-        if i + 1 == max_new_tokens or ((i + 1) % CHECK_EVERY == 0 and bool(finished.all())):
-            break  # the rest of ``out`` is EOS already
+        if stops_after(i, max_new_tokens, finished):
+            break
         logits, cache = model(next_token[:, None], cache)
     return out
 

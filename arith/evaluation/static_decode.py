@@ -39,6 +39,21 @@ probe's climb, dozens of shapes) do not pile up caches and graphs on the card.""
 _ACTIVE: ContextVar[StaticDecoding | None] = ContextVar("static_decoding", default=None)
 
 
+def next_tokens(logits: torch.Tensor, finished: torch.Tensor, eos: torch.Tensor) -> torch.Tensor:
+    """The greedy step of both decoders: each row's next token, the argmax of its last logits
+    (B, T, vocab), or EOS (``eos``, (B,)) where the row has ended; rows that end now are marked
+    in ``finished`` (B,), in place."""
+    next_token = torch.where(finished, eos, logits[:, -1].argmax(-1))
+    finished.logical_or_(next_token == eos)
+    return next_token
+
+
+def stops_after(i: int, max_new_tokens: int, finished: torch.Tensor) -> bool:
+    """Whether decoding ends after token ``i``: the budget is spent, or at a look (every
+    ``CHECK_EVERY`` tokens) every row has ended. The rest of the output is EOS already."""
+    return i + 1 == max_new_tokens or ((i + 1) % CHECK_EVERY == 0 and bool(finished.all()))
+
+
 def active() -> StaticDecoding | None:
     """The ``StaticDecoding`` entered in this context, if any."""
     return _ACTIVE.get()
@@ -99,29 +114,27 @@ class StaticDecoder:
                 f"of {length} tokens and {max_new_tokens} to write"
             )
         self.cache.reset()
+        self.finished.zero_()
         logits, _ = self.model(prompts, self.cache)  # the prompt, eagerly, at its own length
-        first = logits[:, -1].argmax(-1)
-        self.token.copy_(first)
-        torch.eq(first, self.eos_id, out=self.finished)
-        out = torch.full_like(prompts[:, :1], self.eos_id).expand(-1, max_new_tokens).clone()
-        out[:, 0] = self.token
-        for i in range(1, max_new_tokens):
-            if i % CHECK_EVERY == 0 and bool(self.finished.all()):
-                break  # the rest of ``out`` is EOS already
+        self.token.copy_(next_tokens(logits, self.finished, self.eos))
+        out = torch.full(
+            (rows, max_new_tokens), self.eos_id, dtype=torch.long, device=self.eos.device
+        )
+        for i in range(max_new_tokens):
+            out[:, i] = self.token
+            if stops_after(i, max_new_tokens, self.finished):
+                break
             if self.graph is not None:
                 self.graph.replay()
             else:
                 self._step()
             self.steps += 1
-            out[:, i] = self.token
         return out
 
     def _step(self) -> None:
         """Feed the last token, write the next one in its place: rows that ended write EOS."""
         logits, _ = self.model(self.token[:, None], self.cache)
-        next_token = torch.where(self.finished, self.eos, logits[:, -1].argmax(-1))
-        self.token.copy_(next_token)
-        self.finished.logical_or_(next_token == self.eos_id)
+        self.token.copy_(next_tokens(logits, self.finished, self.eos))
 
     @torch.no_grad()
     def _capture(self) -> None:
