@@ -229,12 +229,18 @@ def run_pack_sweeps(
     return rows
 
 
+def at_once_on_a_gpu(n_trials: int) -> int:
+    """Trials a sweep on a GPU machine runs at once, each sharing the card (``gpu: auto``): one
+    per CPU, ``n_trials`` at most."""
+    return min(n_trials, os.cpu_count() or 1)
+
+
 def run_sharing_bench(sizes: list[str], n_trials: int, steps: int, on_gpu: bool) -> list[dict]:
     """Rows of (size, n_params, trials, at once, fractional and packed trials per hour, ratio):
     one sweep of ``n_trials`` trials through the driver (Ray, MLflow), as many at once as the
     machine has CPUs, each at that fraction of the GPU (``gpu: auto``) where ``on_gpu``, against
     the same sweep as one pack: which way ``gpu: auto`` should share a card."""
-    at_once = min(n_trials, os.cpu_count() or 1)
+    at_once = at_once_on_a_gpu(n_trials)
     rows = []
     for size in sizes:
         fractional, packed = run_pack_sweeps(
@@ -273,7 +279,7 @@ def pack_main(args: argparse.Namespace) -> int:
             fail(f"--packs: with --sweep, 1 and divisors of --trials {args.trials}, got {packs}")
         # on a GPU, as many at once as there are CPUs, sharing the card (gpu: auto)
         on_gpu = args.device.startswith("cuda")
-        at_once = min(args.trials, os.cpu_count() or 1) if on_gpu else 2
+        at_once = at_once_on_a_gpu(args.trials) if on_gpu else 2
         where = "sharing the GPU (gpu: auto)" if on_gpu else "on CPUs"
         print(f"whole sweeps of {args.trials} trials, {args.steps} steps each, {at_once} at a")
         print(f"  time {where}, one CPU each (Ray, MLflow on SQLite, the tables); pack 1 is the")
