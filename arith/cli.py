@@ -38,15 +38,21 @@ def run_main(main: Callable[[], int | None], *, freeze_at_exit: bool = True) -> 
     except ConfigError as err:
         fail(str(err))
     except KeyboardInterrupt:
-        if freeze_at_exit:  # the process ends here (not a caller that goes on, which keeps it)
-            # Stopping now: a second press must not cut the exit short (it landed in the
-            # interpreter's shutdown as an unhandled KeyboardInterrupt, exit -2 instead of 130)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _exiting(freeze_at_exit)
         print("interrupted", file=sys.stderr)
         code = 130
-    if freeze_at_exit:
-        gc.freeze()
+    _exiting(freeze_at_exit)
     raise SystemExit(code or 0)
+
+
+def _exiting(process_ends: bool) -> None:
+    """The process ends now (not a caller that goes on, which keeps its handler): Ctrl-C is
+    ignored from here, whatever the exit code. A press landed in the interpreter's shutdown as
+    an unhandled KeyboardInterrupt, or after the interpreter gave SIGINT back to the system,
+    killing the process: exit -2, not the 0 of a sweep that had finished, or 130."""
+    if process_ends:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        gc.freeze()
 
 
 def plain_text(text: str) -> str:

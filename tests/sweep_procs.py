@@ -86,11 +86,21 @@ def start_sweep(
     )
 
 
-def run_to_end(tmp: Path, uri: str, sets: list[str], *, resume: bool = False, log: str = "run"):
-    """``python -m sweeps.run`` to its end; (exit code, stderr)."""
-    proc = start_sweep(tmp, uri, sets, resume=resume, log=log)
+def run_to_end(
+    tmp: Path,
+    uri: str,
+    sets: list[str],
+    *,
+    resume: bool = False,
+    log: str = "run",
+    launcher: tuple[str, ...] = (),
+    timeout_s: float = 300,
+):
+    """``python -m sweeps.run`` (run by ``launcher``, as ``start_sweep``) to its end; (exit
+    code, stderr)."""
+    proc = start_sweep(tmp, uri, sets, resume=resume, log=log, launcher=launcher)
     try:
-        proc.wait(timeout=300)
+        proc.wait(timeout=timeout_s)
     finally:
         if proc.poll() is None:
             kill(proc)

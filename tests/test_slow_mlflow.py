@@ -18,10 +18,9 @@ from sweep_procs import (
     assert_no_duplicate_steps,
     children,
     free_port,
-    kill,
     result_lines,
+    run_to_end,
     start_mlflow_server,
-    start_sweep,
     stop_mlflow_server,
 )
 
@@ -116,14 +115,10 @@ def test_a_slow_server_does_not_hold_up_the_trials(tmp_path, slow_server):
     start = time.monotonic()
     watched = tmp_path / "callbacks.json"  # what Tune's callbacks waited on (callback_probe.py)
     probe = (str(ROOT / "tests" / "callback_probe.py"), str(watched))
-    proc = start_sweep(tmp_path, uri, ["base.train.max_steps=30"], launcher=probe)
-    try:
-        code = proc.wait(timeout=240)
-    finally:
-        if proc.poll() is None:
-            kill(proc)
+    code, err = run_to_end(
+        tmp_path, uri, ["base.train.max_steps=30"], launcher=probe, timeout_s=240
+    )
     wall_s = time.monotonic() - start
-    err = (tmp_path / "run.err").read_text()
     assert code == 0, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
 

@@ -10,6 +10,7 @@ import time
 import pytest
 import yaml
 from sweep_procs import (
+    ROOT,
     SMOKE,
     assert_no_duplicate_steps,
     call_main,
@@ -32,13 +33,21 @@ STEPS = list(range(0, 201, 10))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
-def test_ctrl_c_stops_resumably_and_resume_finishes(tmp_path, presses):
+@pytest.mark.parametrize(
+    "presses, probe",
+    [(1, None), (2, None), (1, "stopping")],
+    ids=["once", "twice", "again_while_its_tables_are_written"],
+)
+def test_ctrl_c_stops_resumably_and_resume_finishes(tmp_path, presses, probe):
     """And, while it runs, the same sweep started again (or --resume'd, or --overwrite'n) in a
-    second terminal: one line and exit 2, the first untouched (it stops and resumes whole)."""
+    second terminal: one line and exit 2, the first untouched (it stops and resumes whole).
+    ``stopping``: the second press lands while the partial tables are being written
+    (``tests/ctrl_c_probe.py``): the sweep stops at once and says so (it said "stopped while
+    starting, before any trial ran")."""
     uri = fresh_store(tmp_path / "mlflow.db")
     experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
-    proc = start_sweep(tmp_path, uri, SETS, new_session=True)
+    launcher = () if probe is None else (str(ROOT / "tests" / "ctrl_c_probe.py"), probe)
+    proc = start_sweep(tmp_path, uri, SETS, new_session=True, launcher=launcher)
     try:
         reported = lambda: any(len(lines) >= 2 for lines in result_lines(experiment_dir).values())  # noqa: E731
         assert wait_until(reported, 180, proc), (tmp_path / "run.err").read_text()[-2000:]
@@ -60,11 +69,13 @@ def test_ctrl_c_stops_resumably_and_resume_finishes(tmp_path, presses):
     err = (tmp_path / "run.err").read_text()
     assert "Traceback" not in err, err[-3000:]
     assert "--resume" in err, err[-2000:]
+    assert ("at once, before its tables were written" in err) == (probe is not None), err[-2000:]
+    assert "before any trial ran" not in err, err[-2000:]
     parents, runs = children(uri, "smoke")
     assert len(parents) == 1 and parents[0].info.status == "KILLED"
     assert any(r.info.status == "KILLED" for r in runs), [r.info.status for r in runs]
     assert {r.info.status for r in runs} <= {"KILLED", "FINISHED"}
-    if presses == 1:  # the second press may stop before the tables are written
+    if presses == 1 and probe is None:  # a second press may stop before they are written
         table = (tmp_path / "out" / "smoke" / "table.md").read_text()
         finished = sum(r.info.status == "FINISHED" for r in runs)
         assert table.startswith(partial_note(finished, 4)), table
@@ -157,3 +168,23 @@ def test_ctrl_c_while_ray_starts_then_while_the_tables_are_written_and_resume_fi
     assert not table.startswith("**Partial") and "| 32 " in table
     if code == 0:
         pytest.skip("the second press came after the tables were written (the first passed)")
+
+
+@pytest.mark.slow
+def test_ctrl_c_after_the_sweep_ended_leaves_it_finished(tmp_path):
+    """Presses once the parent run is marked FINISHED, once the summary is printed, and as the
+    interpreter exits (``tests/ctrl_c_probe.py`` sends each at its moment) change nothing: exit
+    0, the parent FINISHED, the tables whole. Before, a press in the first two ended a finished
+    sweep KILLED, saying it had stopped before any trial ran (130), and one in the interpreter's
+    shutdown killed the process (exit -2: CI's chaos test, seed 138356834)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    probe = (str(ROOT / "tests" / "ctrl_c_probe.py"), "ended")
+    code, err = run_to_end(tmp_path, uri, ["base.train.max_steps=20"], launcher=probe)
+    assert code == 0 and "Traceback" not in err, (code, err[-3000:])
+    assert err.count("Ctrl-C: the sweep is already over") == 2, err[-3000:]
+    assert "sweep smoke: done in" in (tmp_path / "run.out").read_text()
+    parents, runs = children(uri, "smoke")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
+    table = (tmp_path / "out" / "smoke" / "table.md").read_text()
+    assert not table.startswith("**Partial")

@@ -27,7 +27,7 @@ from sweeps.analysis.convergence import CONVERGENCE_TAG, budget_key, convergence
 from sweeps.analysis.phases import PHASE_METRICS, with_phase
 from sweeps.analysis.plots import CURVE_METRICS, write_plots
 from sweeps.analysis.run_values import is_number_or_none, parse_param_column, run_figures
-from sweeps.analysis.store import LEFT_OUT_TAG, is_sqlite, sqlite_file
+from sweeps.analysis.store import LEFT_OUT_TAG, is_sqlite, sqlite_file, write_atomic
 from sweeps.analysis.table_fits import GroupFit, fit_note, table_fits, with_fit_columns
 from sweeps.analysis.table_notes import describe, pooled_axes, status_note
 from sweeps.analysis.tables import (
@@ -280,17 +280,22 @@ def write_outputs(
     *,
     metric: str | None = None,
     axes: Sequence[str] = (),
+    note: str | None = None,
 ) -> list[Path]:
-    """Write trials.csv, table.md, table.csv (+ table_<name>.csv when several) and the plots.
-    ``axes``: the swept config paths, which trials.csv lists right after trial id and status."""
+    """Write trials.csv, table.md (``note`` its first paragraph), table.csv (+
+    table_<name>.csv when several) and the plots, each file in one rename: a stop or a kill
+    while they are written leaves each whole, the old one or the new, never a table without
+    its note. ``axes``: the swept config paths, which trials.csv lists right after trial id
+    and status."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     specs = list(specs) or default_table_specs(trials, metric)
     trials = with_convergence(trials, curves, metric)
     fits = table_fits(trials, specs) if not trials.empty else {}
     paths = [out / "trials.csv", out / "table.md"]
-    trials[front_first(trials.columns, axes, metric)].to_csv(paths[0], index=False)
-    paths[1].write_text(render_tables(trials, specs, fits), encoding="utf-8")
+    write_atomic(paths[0], trials[front_first(trials.columns, axes, metric)].to_csv(index=False))
+    tables = render_tables(trials, specs, fits)
+    write_atomic(paths[1], tables if note is None else f"{note}\n\n{tables}")
     frames = table_frames(trials, specs, fits)
     csv_names = {specs[0].name: ["table.csv"]}
     if len(specs) > 1:
@@ -298,7 +303,7 @@ def write_outputs(
             csv_names.setdefault(spec.name, []).append(f"table_{spec.name}.csv")
     for name, frame in frames.items():
         for csv_name in csv_names[name]:
-            frame.to_csv(out / csv_name, index=False)
+            write_atomic(out / csv_name, frame.to_csv(index=False))
             paths.append(out / csv_name)
     return paths + write_plots(trials, curves, specs, out, metric=metric, fits=fits)
 

@@ -28,11 +28,14 @@ def stopping() -> bool:
 
 class CtrlC:
     """A context in which Ctrl-C is counted (``pressed``). While ``tuning`` is set and Tune
-    listens, the first press asks Tune to stop; any other press raises KeyboardInterrupt."""
+    listens, the first press asks Tune to stop; once ``ended`` is set (the sweep has ended,
+    its record and summary are left) a press is ignored; any other press raises
+    KeyboardInterrupt."""
 
     def __init__(self) -> None:
         self.pressed = 0
         self.tuning = False
+        self.ended = False
         self._previous = None
         self._env: str | None = None
 
@@ -57,6 +60,13 @@ class CtrlC:
 
     def _on_sigint(self, signum, frame) -> None:
         global _stopping
+        if self.ended:
+            print(
+                "Ctrl-C: the sweep is already over; the command exits in a moment",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
         self.pressed += 1
         _stopping = self
         # Tune's own notices of the stop name its Python API to restore with; the command

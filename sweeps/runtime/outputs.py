@@ -34,8 +34,8 @@ def finish(
     start = time.perf_counter()
     status = "FAILED"
     ctrl_c = CtrlC()
-    try:
-        with ctrl_c:
+    with ctrl_c:
+        try:
             ctrl_c.tuning = True
             results = tuner.fit() if tuner is not None else []
             ctrl_c.tuning = False
@@ -46,19 +46,23 @@ def finish(
             if written is None:
                 return 1
             status = "FINISHED"
+            # The sweep has ended: a press from here on is ignored, so that its parent run ends
+            # FINISHED and its summary is printed whole (cut short here, a finished sweep ended
+            # KILLED and said it had stopped before any trial ran)
+            ctrl_c.ended = True
             prune_checkpoints(results)
-    except KeyboardInterrupt:
-        status = "KILLED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            seconds = time.perf_counter() - start + timings["startup"]
+            return _stopped(spec, tracker, out_dir, seconds, resume_lines, ctrl_c)
+        finally:
+            tracker.finish_parent(status)
+            tracker.outbox.close()  # what is not delivered stays in the journal for --resume
+        timings["outputs"] = time.perf_counter() - start - timings["tune"]
+        errors = sum(1 for r in results if r.error is not None)
         seconds = time.perf_counter() - start + timings["startup"]
-        return _stopped(spec, tracker, out_dir, seconds, resume_lines)
-    finally:
-        tracker.finish_parent(status)
-        tracker.outbox.close()  # what is not delivered stays in the journal for --resume
-    timings["outputs"] = time.perf_counter() - start - timings["tune"]
-    errors = sum(1 for r in results if r.error is not None)
-    seconds = time.perf_counter() - start + timings["startup"]
-    print_summary(spec, tracker, out_dir, **written, seconds=seconds, errors=errors)
-    return 1 if errors and errors == len(results) else 0
+        print_summary(spec, tracker, out_dir, **written, seconds=seconds, errors=errors)
+        return 1 if errors and errors == len(results) else 0
 
 
 def _write_outputs(spec: SweepSpec, tracker, out_dir: Path) -> dict[str, Any] | None:
@@ -134,32 +138,51 @@ def _read_back(spec: SweepSpec, tracker):
 
 
 def _stopped(
-    spec: SweepSpec, tracker, out_dir: Path, seconds: float, resume_lines: list[str]
+    spec: SweepSpec,
+    tracker,
+    out_dir: Path,
+    seconds: float,
+    resume_lines: list[str],
+    ctrl_c: CtrlC,
 ) -> int:
     """Ctrl-C: the runs of trials still running end KILLED (the parent too, by the caller),
     the tables of the trials that finished are written marked partial, and the command that
-    finishes the sweep is printed; exit code 130."""
+    finishes the sweep is printed; exit code 130. Pressed again meanwhile, it stops at once,
+    the tables as they were (``--resume`` writes them)."""
     from sweeps.analysis import collect
     from sweeps.spec import space
 
-    tracker.end_unfinished()
-    delivered = tracker.outbox.drain(tracker.drain_timeout_s)
-    finished = 0
-    if delivered:
-        trials, curves, axes = _read_back(spec, tracker)
-        done = trials[~trials["status"].isin(UNFINISHED)] if "status" in trials else trials
-        finished = len(done)
-        collect.write_outputs(
-            done, curves, spec.tables, out_dir, metric=spec.sweep.metric, axes=axes
-        )
-        table = out_dir / "table.md"
-        note = partial_note(finished, space.n_trials(spec))
-        table.write_text(f"{note}\n\n{table.read_text(encoding='utf-8')}", encoding="utf-8")
-    else:
-        print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
+    total = space.n_trials(spec)
+    finished = None  # how many the partial tables hold, once written
+    try:
+        tracker.end_unfinished()
+        if tracker.outbox.drain(tracker.drain_timeout_s):
+            trials, curves, axes = _read_back(spec, tracker)
+            done = trials[~trials["status"].isin(UNFINISHED)] if "status" in trials else trials
+            collect.write_outputs(
+                done,
+                curves,
+                spec.tables,
+                out_dir,
+                metric=spec.sweep.metric,
+                axes=axes,
+                note=partial_note(len(done), total),
+            )
+            finished = len(done)
+        else:
+            print(f"error: {_undelivered(tracker, out_dir)}", file=sys.stderr)
+            finished = 0
+    except KeyboardInterrupt:  # pressed again: stop at once, as the first press promised
+        pass
+    how = (
+        "at once, before its tables were written"
+        if finished is None
+        else f"with {finished} of {total} trials finished"
+    )
+    ctrl_c.ended = True  # what is left (the message, the parent run's end) must not be cut
     print(
-        f"sweep {spec.name}: stopped after {seconds:.0f} s (Ctrl-C) with {finished} of "
-        f"{space.n_trials(spec)} trials finished; nothing is lost. Finish it with:",
+        f"sweep {spec.name}: stopped after {seconds:.0f} s (Ctrl-C) {how}; nothing is lost. "
+        "Finish it with:",
         *(f"  {line}" for line in resume_lines),
         sep="\n",
         file=sys.stderr,
