@@ -22,6 +22,7 @@ from arith.cli import one_line
 from sweeps.analysis import comparison
 from sweeps.analysis.collect import CollectError
 from sweeps.analysis.comparison import Comparison
+from sweeps.analysis.store import write_atomic, write_figure
 from sweeps.api import compare_loaded
 from sweeps.cli import ArgumentParser
 
@@ -53,9 +54,9 @@ def write_comparison(result: Comparison, out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "compare.md", out / "compare.csv", out / "compare.png"]
-    paths[0].write_text(comparison.to_markdown(result), encoding="utf-8")
-    result.frame.to_csv(paths[1])
-    comparison.figure(result).savefig(paths[2], dpi=120)
+    write_atomic(paths[0], comparison.to_markdown(result))
+    write_atomic(paths[1], result.frame.to_csv())
+    write_figure(paths[2], comparison.figure(result), dpi=120)
     return paths
 
 

@@ -30,6 +30,7 @@ from sweeps.analysis.findings_report import (
     run_space,
     section,
 )
+from sweeps.analysis.store import write_atomic, write_figure
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    (out / "findings.md").write_text(HEADER + "\n".join(sections), encoding="utf-8")
+    write_atomic(out / "findings.md", HEADER + "\n".join(sections))
     print(f"wrote {out / 'findings.md'} ({len(sections)} spaces)")
     return 0
 
@@ -136,7 +137,7 @@ def _space_section(
     if figure is not None:
         plots_dir = out / "findings"
         plots_dir.mkdir(parents=True, exist_ok=True)
-        figure.savefig(plots_dir / f"{space}.png", dpi=110)
+        write_figure(plots_dir / f"{space}.png", figure, dpi=110)
         plot = f"findings/{space}.png"
     for sweep, more_tables, more_record, _ in parts[1:]:
         tables += f"\n\n{sweep} (`{more_record['command']}`, {more_record['wall_s']:.0f} s):"

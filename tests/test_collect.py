@@ -189,6 +189,38 @@ def test_write_outputs_and_log_to_parent(store, tmp_path):
     assert {"tables/table.md", "tables/trials.csv", "plots/width_x_depth.png"} <= logged
 
 
+def test_outputs_stopped_mid_write_are_each_whole(store, tmp_path, monkeypatch):
+    """A stop (Ctrl-C, kill) while a sweep's outputs are written leaves each file whole, the
+    old one or the new: never a table.md cut short or one without its partial note."""
+    from sweeps.analysis import store as files
+
+    uri, _, _, _ = store
+    trials, curves = collect.trials_from_mlflow(uri, SWEEP)
+    out = tmp_path / "out"
+    collect.write_outputs(trials, curves, [], out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    renames, replace = [], os.replace
+
+    def stopped_at_the_second(tmp, path):
+        renames.append(Path(path).name)
+        if len(renames) == 2:
+            raise KeyboardInterrupt
+        replace(tmp, path)
+
+    monkeypatch.setattr(files.os, "replace", stopped_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        collect.write_outputs(trials.head(1), curves, [], out, note="**Partial**")
+    assert renames == ["trials.csv", "table.md"]
+    assert len(pd.read_csv(out / "trials.csv")) == 1  # the first rename landed
+    for name, data in before.items():
+        if name != "trials.csv":
+            assert (out / name).read_bytes() == data, name
+    monkeypatch.setattr(files.os, "replace", replace)
+    collect.write_outputs(trials.head(1), curves, [], out, note="**Partial**")
+    assert (out / "table.md").read_text().startswith("**Partial**\n\n## ")
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_table_command_rebuilds_from_mlflow(store, tmp_path):
     uri, _, _, _ = store
     result = _run_table(SWEEP, "--tracking-uri", uri, "--out", "out", cwd=tmp_path)

@@ -25,7 +25,7 @@ from sweeps.analysis.collect import (
     trials_from_mlflow,
 )
 from sweeps.analysis.plots import plots_for
-from sweeps.analysis.store import STATE_FILE
+from sweeps.analysis.store import STATE_FILE, write_atomic
 from sweeps.analysis.tables import default_table_specs
 from sweeps.spec.table_block import table_specs_from_block
 
@@ -64,7 +64,7 @@ def run_space(spec: Path, sweep: str, overrides: list[str], results: Path, uri: 
     }
     folder = results / sweep
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / RUN_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_atomic(folder / RUN_RECORD, json.dumps(record, indent=1) + "\n")
     if code != 0:
         raise CollectError(f"{shown} exited with {code}")
     return record

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sweeps.analysis.store import write_atomic
+
 STEP_COLUMNS = ["size", "n_params", "eager_steps_per_s", "graph_steps_per_s", "graph_ratio"]
 STEP_COLUMNS += ["compiled_steps_per_s", "compiled_ratio"]
 STEP_COLUMNS += ["eager_eval_s", "graph_eval_s", "graph_eval_ratio"]
@@ -32,8 +34,8 @@ def write_report(folder: Path, figures) -> None:
     ``sweeps.bench_gpu.Figures``."""
     folder.mkdir(parents=True, exist_ok=True)
     data = dataclasses.asdict(figures)
-    (folder / "figures.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-    (folder / "report.md").write_text(render_report(data))
+    write_atomic(folder / "figures.json", json.dumps(data, indent=2, default=str) + "\n")
+    write_atomic(folder / "report.md", render_report(data))
 
 
 def render_report(data: dict[str, Any]) -> str:

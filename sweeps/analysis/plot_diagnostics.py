@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 
 from arith.training import diagnostics as arith_diagnostics
 from sweeps.analysis.plot_style import MARKERS, task_words, with_context
+from sweeps.analysis.store import write_figure
 
 MARGINS = {"left": 0.12, "right": 0.97, "bottom": 0.14, "top": 0.88}
 """Fixed margins: the driver draws these for every trial as it ends, and ``tight_layout``
@@ -189,7 +190,7 @@ def draw_diagnostics(into: Path, numbers: list[Path], title: str | None = None) 
     thread does (``sweeps.tracking.records``)."""
     drawn = []
     for name, fig in diagnostic_figures(numbers, title).items():
-        fig.savefig(into / name, dpi=100)
+        write_figure(into / name, fig, dpi=100)
         drawn.append(into / name)
     return drawn
 

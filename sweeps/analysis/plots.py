@@ -6,7 +6,6 @@ CURVE_METRICS)."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from sweeps.analysis.plot_phases import LR_WD, phase_map
 from sweeps.analysis.plot_size import BUDGET, exact_match_by_op, exact_match_vs_params, isoflop
 from sweeps.analysis.plot_style import MARKERS, figure_title, sweep_context, with_context
 from sweeps.analysis.power_law import GroupFit
-from sweeps.analysis.store import write_atomic
+from sweeps.analysis.store import write_figure
 from sweeps.analysis.table_fits import table_fits
 from sweeps.analysis.tables import primary_metric, select_trials, varied_axes
 from sweeps.spec.table_block import TableSpec
@@ -190,8 +189,6 @@ def write_plots(
     paths = []
     sweep = out.name if sweep is None else sweep
     for stem, figure in plots_for(trials, curves, metric, specs, fits, sweep).items():
-        png = io.BytesIO()  # one rename, as the tables: never half a picture
-        figure.savefig(png, format="png", dpi=120, metadata={"Title": figure_title(figure)})
-        write_atomic(out / f"{stem}.png", png.getvalue())
+        write_figure(out / f"{stem}.png", figure, dpi=120, metadata={"Title": figure_title(figure)})
         paths.append(out / f"{stem}.png")
     return paths

@@ -8,8 +8,10 @@ the store; tracking, the runtime and the commands use them too).
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
+from typing import Any
 
 SQLITE = "sqlite:///"
 # In a sweep's output folder: its name, MLflow parent run and store (sweeps.runtime.state).
@@ -47,6 +49,13 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")  # a dot: never matched by Tune's file patterns
     tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
     os.replace(tmp, path)
+
+
+def write_figure(path: Path, figure, **savefig: Any) -> None:
+    """A matplotlib ``figure`` as a PNG ``path`` in one rename (``savefig``: its options)."""
+    png = io.BytesIO()
+    figure.savefig(png, format="png", **savefig)
+    write_atomic(path, png.getvalue())
 
 
 def folder_bytes(folder: Path) -> int:

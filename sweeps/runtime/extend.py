@@ -315,5 +315,5 @@ def save_round(
         extend_trials=n_train,
         experiments=experiments,
     )
-    (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
+    write_atomic(out_dir / "spec.yaml", spec.to_yaml())
     write_atomic(out_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")

@@ -22,7 +22,7 @@ def start_parent(
     if tracker.journal is not None:  # an earlier sweep's undelivered writes are not this one's
         tracker.journal.unlink(missing_ok=True)
     parent_id = tracker.start_parent(spec.to_yaml())
-    (out_dir / "spec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
+    write_atomic(out_dir / "spec.yaml", spec.to_yaml())  # --resume reads it: never half of it
     state = {"sweep": spec.name, "parent_run_id": parent_id, "tracking_uri": tracker.tracking_uri}
     if placement is not None:
         state["placement"] = placement.to_state()
