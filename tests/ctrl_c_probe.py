@@ -6,6 +6,8 @@ itself (SIGINT to its own process) at a named moment:
   must leave the sweep finished: exit 0, no traceback.
 - ``stopping``: a press once a Ctrl-C from outside has stopped the sweep and its unfinished
   runs are ended, while its partial tables are written: it stops at once.
+- ``importing_ray``: a press in the middle of the command's first ``import ray`` (as
+  ``ray._private.worker`` is imported), which leaves Ray half imported.
 
 Each press is sent from the main thread, so Python's handler runs at that moment, instead
 of wherever a press from outside happens to land (``tests/test_user_chaos.py``)."""
@@ -18,9 +20,6 @@ import os
 import runpy
 import signal
 import sys
-
-from sweeps.runtime import outputs
-from sweeps.tracking.records import SweepRecords
 
 
 def press() -> None:
@@ -37,15 +36,34 @@ def pressed_after(call):
     return then_press
 
 
+class PressWhenImported:
+    """A finder that presses as ``name`` is about to be imported (finding nothing itself)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname == self.name:
+            sys.meta_path.remove(self)
+            press()
+        return None
+
+
 def main() -> None:
     moment, dash_m, module, *rest = sys.argv[1:]
-    assert dash_m == "-m" and moment in ("ended", "stopping"), sys.argv
-    if moment == "ended":
-        atexit.register(press)  # registered first, so run last
-        SweepRecords.finish_parent = pressed_after(SweepRecords.finish_parent)
-        outputs.print_summary = pressed_after(outputs.print_summary)
+    assert dash_m == "-m" and moment in ("ended", "stopping", "importing_ray"), sys.argv
+    if moment == "importing_ray":  # before anything of the sweep's imports Ray
+        sys.meta_path.insert(0, PressWhenImported("ray._private.worker"))
     else:
-        SweepRecords.end_unfinished = pressed_after(SweepRecords.end_unfinished)
+        from sweeps.runtime import outputs
+        from sweeps.tracking.records import SweepRecords
+
+        if moment == "ended":
+            atexit.register(press)  # registered first, so run last
+            SweepRecords.finish_parent = pressed_after(SweepRecords.finish_parent)
+            outputs.print_summary = pressed_after(outputs.print_summary)
+        else:
+            SweepRecords.end_unfinished = pressed_after(SweepRecords.end_unfinished)
     sys.argv = [module, *rest]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

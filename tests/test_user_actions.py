@@ -188,3 +188,16 @@ def test_ctrl_c_after_the_sweep_ended_leaves_it_finished(tmp_path):
     assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
     table = (tmp_path / "out" / "smoke" / "table.md").read_text()
     assert not table.startswith("**Partial")
+
+
+def test_ctrl_c_while_ray_is_imported_is_one_line(tmp_path):
+    """A press in the middle of ``import ray`` (``tests/ctrl_c_probe.py``) leaves Ray half
+    imported; the command stops with one line and 130, nothing made. It ended in a traceback
+    (exit 1: CI's chaos test, seed 44697682): the ``except`` naming the checks' refusals
+    imported the module that imports Ray again, which failed on the half-imported Ray."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    probe = (str(ROOT / "tests" / "ctrl_c_probe.py"), "importing_ray")
+    code, err = run_to_end(tmp_path, uri, ["base.train.max_steps=20"], launcher=probe)
+    assert (code, err.strip().splitlines()[-1:]) == (130, ["interrupted"]), err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()

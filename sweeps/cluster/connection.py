@@ -48,6 +48,13 @@ class ClusterError(ConfigError):
     """A cluster or storage setting that cannot work; ``str(err)`` is the one line printed."""
 
 
+class UnsupportedRay(Exception):
+    """The installed Ray is outside ``sweeps.cluster.tunefix.RAY_RANGE``; ``str(err)`` is the
+    one line shown. Here, not in tunefix (which imports Ray as it is imported), so that an
+    ``except`` naming it imports nothing: a Ctrl-C during Ray's import left Ray half imported,
+    and the ``except`` that then imported tunefix again ended in a traceback."""
+
+
 def project_runtime_env() -> dict[str, object]:
     """The runtime env that makes ``arith`` and ``sweeps`` importable on every node."""
     return {"working_dir": str(PROJECT_ROOT), "excludes": list(EXCLUDES)}

@@ -42,6 +42,7 @@ import tempfile
 from pathlib import Path
 
 from sweeps.analysis.store import write_atomic
+from sweeps.cluster.connection import UnsupportedRay
 
 # The Ray versions this project supports: pyproject.toml and docs/clusters.md say the same
 # (tests/test_ray_versions.py checks), and CI runs the fault tests on both ends.
@@ -84,10 +85,6 @@ def reread_ray_config() -> None:
     from ray._raylet import Config
 
     Config.initialize("")
-
-
-class UnsupportedRay(Exception):
-    """The installed Ray is outside RAY_RANGE; ``str(err)`` is the one line shown."""
 
 
 def unsupported_ray(version: str | None = None) -> str | None:

@@ -164,8 +164,8 @@ def connect_cluster(address: str, storage: str, *, shared: bool) -> int | None:
 
 def refusals() -> tuple[type[Exception], ...]:
     """The errors ``check_before_ray`` raises, each one line for the user (imported here, as
-    the checks import them, only once a sweep runs)."""
-    from sweeps.cluster.connection import ClusterError
-    from sweeps.cluster.tunefix import UnsupportedRay
+    the checks import them, only once a sweep runs; from a module that imports no Ray, as an
+    ``except`` evaluates this while a Ctrl-C may have left Ray half imported)."""
+    from sweeps.cluster.connection import ClusterError, UnsupportedRay
 
     return SweepError, UnsupportedRay, ClusterError
