@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from arith.errors import ConfigError
+from sweeps.cluster.errors import ClusterError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # What a node needs is the code and the search spaces; never the virtual environment, results,
@@ -42,17 +43,6 @@ EXCLUDES = [
 # Set by Ray's job manager in a submitted job's driver; its runtime env (working_dir included)
 # then applies to the whole job, and a second working_dir from ray.init would conflict.
 _JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
-
-
-class ClusterError(ConfigError):
-    """A cluster or storage setting that cannot work; ``str(err)`` is the one line printed."""
-
-
-class UnsupportedRay(Exception):
-    """The installed Ray is outside ``sweeps.cluster.tunefix.RAY_RANGE``; ``str(err)`` is the
-    one line shown. Here, not in tunefix (which imports Ray as it is imported), so that an
-    ``except`` naming it imports nothing: a Ctrl-C during Ray's import left Ray half imported,
-    and the ``except`` that then imported tunefix again ended in a traceback."""
 
 
 def project_runtime_env() -> dict[str, object]:

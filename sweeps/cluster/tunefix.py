@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 from sweeps.analysis.store import write_atomic
-from sweeps.cluster.connection import UnsupportedRay
+from sweeps.cluster.errors import UnsupportedRay
 
 # The Ray versions this project supports: pyproject.toml and docs/clusters.md say the same
 # (tests/test_ray_versions.py checks), and CI runs the fault tests on both ends.

@@ -166,6 +166,6 @@ def refusals() -> tuple[type[Exception], ...]:
     """The errors ``check_before_ray`` raises, each one line for the user (imported here, as
     the checks import them, only once a sweep runs; from a module that imports no Ray, as an
     ``except`` evaluates this while a Ctrl-C may have left Ray half imported)."""
-    from sweeps.cluster.connection import ClusterError, UnsupportedRay
+    from sweeps.cluster.errors import ClusterError, UnsupportedRay
 
     return SweepError, UnsupportedRay, ClusterError
