@@ -30,6 +30,8 @@ from sweeps.runtime.outputs import partial_note
 # Long enough that a Ctrl-C lands while trials run (the smoke space: 4 trials, 2 at a time).
 SETS = ["base.train.max_steps=200"]
 STEPS = list(range(0, 201, 10))
+# Presses Ctrl-C from inside the sweep at a named moment (its docstring lists them).
+PROBE = str(ROOT / "tests" / "ctrl_c_probe.py")
 
 
 @pytest.mark.slow
@@ -46,7 +48,7 @@ def test_ctrl_c_stops_resumably_and_resume_finishes(tmp_path, presses, probe):
     starting, before any trial ran")."""
     uri = fresh_store(tmp_path / "mlflow.db")
     experiment_dir = tmp_path / "out" / "smoke" / "ray" / "smoke"
-    launcher = () if probe is None else (str(ROOT / "tests" / "ctrl_c_probe.py"), probe)
+    launcher = () if probe is None else (PROBE, probe)
     proc = start_sweep(tmp_path, uri, SETS, new_session=True, launcher=launcher)
     try:
         reported = lambda: any(len(lines) >= 2 for lines in result_lines(experiment_dir).values())  # noqa: E731
@@ -178,7 +180,7 @@ def test_ctrl_c_after_the_sweep_ended_leaves_it_finished(tmp_path):
     sweep KILLED, saying it had stopped before any trial ran (130), and one in the interpreter's
     shutdown killed the process (exit -2: CI's chaos test, seed 138356834)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    probe = (str(ROOT / "tests" / "ctrl_c_probe.py"), "ended")
+    probe = (PROBE, "ended")
     code, err = run_to_end(tmp_path, uri, ["base.train.max_steps=20"], launcher=probe)
     assert code == 0 and "Traceback" not in err, (code, err[-3000:])
     assert err.count("Ctrl-C: the sweep is already over") == 2, err[-3000:]
@@ -196,7 +198,7 @@ def test_ctrl_c_while_ray_is_imported_is_one_line(tmp_path):
     (exit 1: CI's chaos test, seed 44697682): the ``except`` naming the checks' refusals
     imported the module that imports Ray again, which failed on the half-imported Ray."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    probe = (str(ROOT / "tests" / "ctrl_c_probe.py"), "importing_ray")
+    probe = (PROBE, "importing_ray")
     code, err = run_to_end(tmp_path, uri, ["base.train.max_steps=20"], launcher=probe)
     assert (code, err.strip().splitlines()[-1:]) == (130, ["interrupted"]), err[-3000:]
     assert "Traceback" not in err, err[-3000:]
