@@ -8,32 +8,15 @@ import re
 
 import pytest
 import torch
+from optim_runs import TINY, assert_members_train_as_alone, assert_resumes_bit_identically
 
 from arith import config as config_lib
 from arith.errors import ConfigError
 from arith.training import checkpoint as ckpt
 from arith.training.grad_filter import EmaGradFilter
-from arith.training.trainer import train, train_pack
+from arith.training.trainer import train_pack
 
-TINY = [
-    "task.n_digits=2",
-    "format.name=reversed",
-    "model.d_model=16",
-    "model.n_layer=1",
-    "model.n_head=2",
-    "train.batch_size=16",
-    "train.max_steps=20",
-    "train.eval_every=5",
-    "train.train_eval_size=16",
-    "train.precision=fp32",
-    "train.device=cpu",
-    "data.val_size=16",
-    "data.test_size=16",
-    "optim.warmup_steps=2",
-]
 EMA = ["optim.grad_filter=ema"]
-# What differs between any two runs of one config: timings and where files live.
-VARIES = ("wall_time_s", "time/elapsed_s", "perf/", "checkpoint")
 
 
 class Stepper:
@@ -101,16 +84,7 @@ def test_the_filter_off_or_at_lamb_0_leaves_training_unchanged():
 def test_each_member_of_a_pack_filters_as_it_would_alone():
     members = [EMA, ["train.seed=1"], [*EMA, "optim.grad_filter_alpha=0.9", "train.seed=2"]]
     configs = [config_lib.load(None, [*TINY, "train.max_steps=10", *m]) for m in members]
-    packed: list[list[dict]] = [[] for _ in configs]
-    train_pack(configs, lambda i, metrics: packed[i].append(metrics))
-    for config, reports in zip(configs, packed, strict=True):
-        alone: list[dict] = []
-        train(config, alone.append)
-        assert [r["step"] for r in reports] == [r["step"] for r in alone]
-        for p, a in zip(reports, alone, strict=True):  # equal up to the pack's rounding
-            for key in ("train/loss", "val/loss"):
-                if key in a:
-                    assert p[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), key
+    assert_members_train_as_alone(configs)
 
 
 @pytest.mark.parametrize(
@@ -128,10 +102,6 @@ def test_a_bad_setting_is_a_config_error_naming_it(override, message):
         config_lib.load(None, [override])
 
 
-class Killed(Exception):
-    """What the report callback raises to end a run as a killed trial would end."""
-
-
 @pytest.mark.parametrize(
     "members",
     [
@@ -142,21 +112,6 @@ class Killed(Exception):
 )
 def test_a_resumed_run_with_the_filter_continues_bit_identically(members, tmp_path):
     configs = [config_lib.load(None, [*TINY, *EMA, *m]) for m in members]
-    whole = train_pack(configs, checkpoint_dir=tmp_path / "whole")
+    assert_resumes_bit_identically(configs, tmp_path / "whole", tmp_path / "run")
     stored = ckpt.read(tmp_path / "whole")["optimizer"]["grad_ema"]
     assert any(ema.abs().sum() > 0 for ema in stored)  # the averages are in the checkpoint
-
-    def die_at_10(member, metrics):
-        if metrics["step"] == 10:
-            raise Killed
-
-    with pytest.raises(Killed):
-        train_pack(configs, die_at_10, checkpoint_dir=tmp_path / "run")
-    resumed = train_pack(configs, checkpoint_dir=tmp_path / "run", resume_from=tmp_path / "run")
-    for i, (a, b) in enumerate(zip(whole, resumed, strict=True)):
-        assert {k: v for k, v in b.items() if not k.startswith(VARIES)} == {
-            k: v for k, v in a.items() if not k.startswith(VARIES)
-        }, i
-        saved = ckpt.read_model(ckpt.member_dir(tmp_path / "run", i, len(configs)))
-        expected = ckpt.read_model(ckpt.member_dir(tmp_path / "whole", i, len(configs)))
-        assert all(torch.equal(saved["model"][k], expected["model"][k]) for k in saved["model"])

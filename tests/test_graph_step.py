@@ -43,6 +43,8 @@ CASES = {
     "pack": MEMBERS,
     "one-grad-filter": [["optim.grad_filter=ema", "optim.grad_clip=null"]],
     "pack-grad-filter": [[*MEMBERS[0], "optim.grad_filter=ema"], MEMBERS[1]],
+    "one-weight-ema": [["optim.weight_ema=0.9"]],
+    "pack-weight-ema": [MEMBERS[0], [*MEMBERS[1], "optim.weight_ema=0.9"]],
     "abacus": [["task.name=addition", "model.position=abacus", "model.abacus_max_k=8"]],
     # the abacus_bias table steps at abacus_bias_lr_mult times the learning rate
     "abacus-bias": [["task.name=addition", "model.position=abacus_bias"]],

@@ -58,6 +58,9 @@ CASES = {
     # Grokfast's gradient filter: one model, and a pack where only member 0 filters
     "one-grad-filter": [["optim.grad_filter=ema"]],
     "pack-grad-filter": [[*MEMBERS[0], "optim.grad_filter=ema"], MEMBERS[1]],
+    # the weights' moving average: one model, and a pack where only member 1 keeps one
+    "one-weight-ema": [["optim.weight_ema=0.9"]],
+    "pack-weight-ema": [MEMBERS[0], [*MEMBERS[1], "optim.weight_ema=0.9"]],
 }
 # the step that is one CUDA graph (arith.training.graph_step), run eagerly here: a graph replays
 # without the host, so its step reads nothing either. Its capture synchronises once a run, so on
@@ -67,7 +70,7 @@ GRAPH_CASES = {
     "one-graph": [["train.compile=graph"]],
     "pack-graph-filter-abacus-dropout": [
         [*MEMBERS[0], *GRAPH, "optim.grad_filter=ema"],
-        [*MEMBERS[1], *GRAPH],
+        [*MEMBERS[1], *GRAPH, "optim.weight_ema=0.9"],
     ],
 }
 

@@ -1,9 +1,11 @@
 """AdamW over packed members, with the learning-rate schedule of arith.training.optimconf (linear
 warmup, then cosine, linear or constant); optionally Grokfast's gradient filter before it
-(arith.training.grad_filter)."""
+(arith.training.grad_filter) and a moving average of the weights after it
+(arith.training.weight_average)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -13,15 +15,17 @@ from torch.optim.adamw import adamw
 from arith.training.grad_filter import EmaGradFilter
 from arith.training.optimconf import OptimConfig, lr_factor
 from arith.training.transfers import host_to_device
+from arith.training.weight_average import WeightAverage
 
 ABACUS_BIAS = "abacus_bias.table"
 """Name ending of the ``abacus_bias`` parameters (arith.model.positions.AbacusBias)."""
 
 # The rows of a step's settings (``PackedAdamW.step_settings``), one column per member: the
 # AdamW coefficients at the learning rate and at abacus_bias_lr_mult times it, 1 where the
-# member updates, the weight of the gradient in Grokfast's average (0: the average kept).
-PLAIN, FASTER, ACTIVE, FILTER_WEIGHT = slice(0, 6), slice(6, 12), 12, 13
-SETTINGS_ROWS = 14
+# member updates, the weight of the gradient in Grokfast's average (0: the average kept), the
+# weight of the new weights in their moving average (0: the average kept).
+PLAIN, FASTER, ACTIVE, FILTER_WEIGHT, AVERAGE_WEIGHT = slice(0, 6), slice(6, 12), 12, 13, 14
+SETTINGS_ROWS = 15
 
 
 class PackedAdamW:
@@ -66,6 +70,10 @@ class PackedAdamW:
             alphas = [c.grad_filter_alpha for c in self.configs]
             lambs = [c.grad_filter_lamb if c.grad_filter == "ema" else None for c in self.configs]
             self.grad_filter = EmaGradFilter(self.params, alphas, lambs)
+        self.weight_average = None  # the weights' moving average, where any member keeps one
+        if any(c.weight_ema is not None for c in self.configs):
+            decays = [c.weight_ema for c in self.configs]
+            self.weight_average = WeightAverage(self.params, decays)
 
     def lr(self, member: int) -> float:
         """Learning rate of ``member``'s next step (its schedule at its own step count)."""
@@ -121,6 +129,15 @@ class PackedAdamW:
                     # lr) and eps (which meets gradients mult times larger there) divided by mult
                     mult = cfg.abacus_bias_lr_mult
                     self._update(i, faster, lr * mult, decay / mult, cfg.eps / mult)
+        if self.weight_average is not None:
+            self.weight_average.update(members)
+
+    def averaged(self) -> contextlib.AbstractContextManager:
+        """The members' averaged weights in place of their weights for the block
+        (``optim.weight_ema``), the weights back after it; nothing changes without one."""
+        if self.weight_average is None:
+            return contextlib.nullcontext()
+        return self.weight_average.swapped_in(self.step_counts)
 
     def _step_stacked(self, members: list[int]) -> None:
         """All members at once (``step_with``), the settings built on the host and copied
@@ -130,8 +147,9 @@ class PackedAdamW:
     def step_settings(self, members: list[int]) -> torch.Tensor:
         """(SETTINGS_ROWS, M) on the host: what the next step of the listed members multiplies
         by (``_member_coefficients`` at their learning rate and at the scaled one of
-        ``abacus_bias_lr_mult``), which members update, and the weight of Grokfast's average;
-        counts the step. Only Python numbers go in: nothing is read from the device."""
+        ``abacus_bias_lr_mult``), which members update, the weight of Grokfast's average and
+        that of the weights' average; counts the step. Only Python numbers go in: nothing is
+        read from the device."""
         n, chosen = len(self.configs), set(members)
         weights = [0.0] * n
         if self.grad_filter is not None:  # from the counts before this step (its first: 1)
@@ -142,7 +160,11 @@ class PackedAdamW:
         plain = _member_coefficients(self.configs, lrs, self.step_counts, 1.0)
         mults = [c.abacus_bias_lr_mult for c in self.configs]
         faster = _member_coefficients(self.configs, lrs, self.step_counts, mults)
-        return torch.tensor([*plain, *faster, [float(i in chosen) for i in range(n)], weights])
+        averaged = [0.0] * n
+        if self.weight_average is not None:
+            averaged = self.weight_average.weights(members)
+        active = [float(i in chosen) for i in range(n)]
+        return torch.tensor([*plain, *faster, active, weights, averaged])
 
     @torch.no_grad()
     def step_with(self, settings: torch.Tensor) -> None:
@@ -167,6 +189,8 @@ class PackedAdamW:
             p.copy_(torch.where(keep, new, p))
             self.exp_avg[j].copy_(torch.where(keep, avg, self.exp_avg[j]))
             self.exp_avg_sq[j].copy_(torch.where(keep, avg_sq, self.exp_avg_sq[j]))
+        if self.weight_average is not None:
+            self.weight_average.update_with(settings[AVERAGE_WEIGHT])
 
     def filter_grads_with(self, settings: torch.Tensor) -> None:
         """``filter_grads`` with the weights of ``settings`` (on the device)."""
@@ -206,6 +230,8 @@ class PackedAdamW:
         state = {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps}
         if self.grad_filter is not None:
             state["grad_ema"] = self.grad_filter.ema
+        if self.weight_average is not None:
+            state["weight_average"] = self.weight_average.average
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -213,6 +239,8 @@ class PackedAdamW:
         saved = state["exp_avg"] + state["exp_avg_sq"] + state["steps"]
         if self.grad_filter is not None:
             mine, saved = mine + self.grad_filter.ema, saved + state["grad_ema"]
+        if self.weight_average is not None:
+            mine, saved = mine + self.weight_average.average, saved + state["weight_average"]
         for tensor, value in zip(mine, saved, strict=True):
             tensor.copy_(value)
         self.step_counts = [int(step.item()) for step in self.steps]

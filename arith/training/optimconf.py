@@ -46,6 +46,11 @@ class OptimConfig:
     """Decay of the filter's moving average: ema = alpha * ema + (1 - alpha) * grad."""
     grad_filter_lamb: float = 2.0
     """How much of the moving average the filter adds to each gradient."""
+    weight_ema: float | None = None
+    """Decay per step of an exponential moving average of the weights, which evaluation,
+    early stopping and the saved model read instead of the weights (Polyak averaging,
+    arith.training.weight_average); ``None``: the weights themselves. 0.99 averages about the
+    last 100 steps."""
 
     def __post_init__(self) -> None:
         # finite: a spec's .inf passes "> 0" and trains nothing but NaN
@@ -73,6 +78,11 @@ class OptimConfig:
             0.0 <= self.min_lr_ratio <= 1.0,
             "optim.min_lr_ratio",
             f"must be in [0, 1], but got {self.min_lr_ratio}",
+        )
+        require(
+            self.weight_ema is None or 0.0 <= self.weight_ema < 1.0,
+            "optim.weight_ema",
+            f"must be in [0, 1) or null, but got {self.weight_ema}",
         )
         require(
             self.grad_clip is None or self.grad_clip > 0,

@@ -171,14 +171,16 @@ def train_pack(
             if due and stepped:  # the steps end when the device has run them, not when queued
                 _wait_for_steps(device, [members[i] for i in stepped])
                 stepped = []
-            # in fp32 whatever trains in bf16: bf16 decoding lost exact match (docs/changelog.md)
-            measured = measure_together(model, members, due, device)
-            ending = []  # the members this evaluation ends, finished together below
-            for i in due:
-                m, lr, done = members[i], optimizer.lr(i), measured.get(i)
-                if evaluate_member(m, views[i], step, lr, elapsed, device, folders[i], done):
-                    ending.append(i)
-            finish_members(model, views, members, ending, step, device, folders, elapsed)
+            # measured on the weights' average where optim.weight_ema keeps one, and in fp32
+            # whatever trains in bf16: bf16 decoding lost exact match (docs/changelog.md)
+            with optimizer.averaged() if due else contextlib.nullcontext():
+                measured = measure_together(model, members, due, device)
+                ending = []  # the members this evaluation ends, finished together below
+                for i in due:
+                    m, lr, done = members[i], optimizer.lr(i), measured.get(i)
+                    if evaluate_member(m, views[i], step, lr, elapsed, device, folders[i], done):
+                        ending.append(i)
+                finish_members(model, views, members, ending, step, device, folders, elapsed)
             if checkpoint_dir is not None and due:
                 position = batches.position()
                 _save(checkpoint_dir, configs, model, optimizer, members, position, step, elapsed())
