@@ -20,6 +20,8 @@ from collections.abc import Iterator
 
 import torch
 
+from arith.training.transfers import host_to_device
+
 
 class WeightAverage:
     """The average over a packed model's parameters, stacked along the member dimension: each
@@ -46,8 +48,8 @@ class WeightAverage:
                 for average, p in zip(self.average, self.params, strict=True):
                     average.lerp_(p, 1.0 - self.decays[0])
             return
-        weight = torch.tensor(self.weights(members), device=self.params[0].device)
-        self.update_with(weight)
+        # copied without a wait, as Grokfast's filter copies its weights (EmaGradFilter.apply)
+        self.update_with(host_to_device(torch.tensor(self.weights(members)), self.params[0].device))
 
     @torch.no_grad()
     def update_with(self, weight: torch.Tensor) -> None:
@@ -63,17 +65,17 @@ class WeightAverage:
         that has not stepped yet keeps its weights."""
         with torch.no_grad():
             kept = [p.detach().clone() for p in self.params]
+            # 0 marks a member that has not stepped (optim.weight_ema is < 1: no division by 0)
             scale = [
-                1.0 / (1.0 - d**n) if n > 0 and d < 1 else 0.0
+                1.0 / (1.0 - d**n) if n > 0 else 0.0
                 for d, n in zip(self.decays, step_counts, strict=True)
             ]
-            device = self.params[0].device
-            scale_vector = torch.tensor(scale, device=device)
+            scale_vector = torch.tensor(scale, device=self.params[0].device)
+            stepped = scale_vector > 0
             for average, p in zip(self.average, self.params, strict=True):
                 shape = (-1, *([1] * (p.dim() - 1)))
                 corrected = average * scale_vector.view(shape).to(p.dtype)
-                stepped = (scale_vector > 0).view(shape)
-                p.copy_(torch.where(stepped, corrected, p))
+                p.copy_(torch.where(stepped.view(shape), corrected, p))
         try:
             yield
         finally:
