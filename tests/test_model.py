@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
+from arith.model import gpt
 from arith.model.attention import attention, causal_mask
 from arith.model.gpt import GPT, CausalSelfAttention, ModelConfig
 from arith.model.kernels import softmax_fp32
 from arith.model.kv_cache import KVCache
 from arith.model.members import member_dropout
-from arith.model.positions import abacus_index, clipped_differences, digit_run_index
+from arith.model.positions import AbacusBias, abacus_index, clipped_differences, digit_run_index
 from arith.training.cost import flops_per_token, n_params
 
 POSITIONS = ["learned", "rope", "abacus", "abacus_bias", "none"]
@@ -40,6 +43,60 @@ def test_cached_decoding_with_relative_values_matches_full_forward():
         for layer in model.blocks:
             layer.attn.abacus_bias.values.normal_()
     check_cached_decoding(model)
+
+
+@pytest.mark.parametrize("window", [True, False])
+def test_relative_values_read_each_difference_weight_times_its_vector(window):
+    """``read_values`` by its definition, one query and key at a time: a query reads, for
+    each key it sees, the key's attention weight times its difference's value vector. Its
+    gradient reaches the weights."""
+    torch.manual_seed(0)
+    bias = AbacusBias(members=2, n_head=3, n_differences=3, window=window, head_dim=4)
+    with torch.no_grad():
+        bias.values.normal_()
+    B, T, S = 4, 5, 7  # two rows per member
+    differences = torch.randint(-1 if window else 0, 3, (B, T, S))
+    weights = torch.rand(B, 3, T, S).masked_fill(differences[:, None] < 0, 0.0)
+    weights.requires_grad_()
+    got = bias.read_values(weights, differences)
+    table = bias.values.detach().view(2, 3, 3, 4)
+    want = torch.zeros(B, 3, T, 4)
+    for b, h, t, s in itertools.product(range(B), range(3), range(T), range(S)):
+        if differences[b, t, s] >= 0:
+            want[b, h, t] += weights[b, h, t, s].detach() * table[b // 2, h, differences[b, t, s]]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    got.sum().backward()
+    assert weights.grad is not None and weights.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("values", [False, True])
+@pytest.mark.parametrize("members", [1, 2])
+def test_window_attention_over_seen_keys_equals_the_dense_path(values, members, monkeypatch):
+    """Evaluation of a windowed model attends over each query's seen keys alone
+    (``positions.window_keys``); training mode (no dropout) takes the dense path over every
+    key, masked. The two give the same logits, for a full pass, a chunk after a cached prefix
+    and token by token, one model and a pack of two (at any length: the gathered path starts
+    at ``WINDOW_MIN_KEYS`` keys, where it pays)."""
+    monkeypatch.setattr(gpt, "WINDOW_MIN_KEYS", 1)
+    torch.manual_seed(0)
+    options = {"abacus_bias_window": True, "abacus_bias_values": values}
+    models = [tiny("abacus_bias", **options) for _ in range(members)]
+    model = GPT.stack(models) if members > 1 else models[0]
+    with torch.no_grad():  # give the bias and the values something to say
+        for layer in model.blocks:
+            layer.attn.abacus_bias.table.normal_()
+            if values:
+                layer.attn.abacus_bias.values.normal_()
+    idx = torch.randint(0, 16, (3 * members, 12))
+    with torch.no_grad():
+        dense, _ = model.train()(idx)
+        model.eval()
+        windowed, _ = model(idx)
+        logits, cache = model(idx[:, :5])
+        chunk, cache = model(idx[:, 5:8], cache)
+        pieces = [logits, chunk] + [model(idx[:, t : t + 1], cache)[0] for t in range(8, 12)]
+    torch.testing.assert_close(windowed, dense, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.cat(pieces, 1), dense, atol=1e-5, rtol=1e-5)
 
 
 def check_cached_decoding(model: GPT, cache=None) -> None:

@@ -91,6 +91,36 @@ def clipped_differences(queries: Tensor, keys: Tensor, reach: int, window: bool)
     return clipped.masked_fill(difference.abs() > reach, -1) if window else clipped
 
 
+def window_keys(
+    differences: Tensor, k: Tensor, v: Tensor, t_past: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Each query's own keys within the window, and only those, each query folded into a row:
+    ``differences`` (B, T, S) from ``clipped_differences`` with ``window`` (-1: not seen), keys
+    and values (B, nh, S, hs), the first ``t_past`` keys cached -> differences (B*T, 1, K), keys
+    and values (B*T, nh, K, hs): row ``b*T + t`` holds query ``t`` of row ``b`` and the K keys it
+    sees, causally, padded with unseen ones (difference -1, masked again by the bias).
+
+    A query of a windowed model sees a handful of keys (its own digit place and the one either
+    side in each number, the signs) however long the sequence, so attention over these alone
+    costs what 8 digits cost at 400: the length probe's dense attention was most of a trial's
+    time (docs/notes/abacus_length.md). Attention does not depend on the keys' order, so they
+    are picked by ``topk``, not sorted.
+    """
+    B, T, S = differences.shape
+    nh, hs = k.shape[1], k.shape[3]
+    causal = torch.ones(T, S, dtype=torch.bool, device=differences.device).tril(t_past)
+    seen = (differences >= 0) & causal
+    K = int(seen.sum(-1).max())  # one read on the host a layer: evaluation's dynamic cache only
+    picked = seen.to(torch.uint8).topk(K, dim=-1, sorted=False).indices  # (B, T, K)
+    picked_differences = differences.gather(2, picked).masked_fill(~seen.gather(2, picked), -1)
+    index = picked.view(B, 1, T * K, 1).expand(B, nh, T * K, hs)
+
+    def fold(x: Tensor) -> Tensor:  # (B, nh, S, hs) -> each query's keys, (B*T, nh, K, hs)
+        return x.gather(2, index).view(B, nh, T, K, hs).transpose(1, 2).reshape(B * T, nh, K, hs)
+
+    return picked_differences.view(B * T, 1, K), fold(k), fold(v)
+
+
 class AbacusBias(nn.Module):
     """``abacus_bias``: per member and head, a learned attention bias for each clipped digit
     index difference (``clipped_differences``), -reach..reach.
@@ -131,11 +161,14 @@ class AbacusBias(nn.Module):
 
         Weights spread evenly over alike digits read the same value whether the operand ends
         at the next index or goes on; the weight on difference -1 then says which it is."""
-        B, H = weights.shape[:2]
+        B, H, T, S = weights.shape
         M = self.values.shape[0]
-        # keys outside the window (-1) have weight 0, so any entry serves them
-        onehot = nn.functional.one_hot(differences.clamp(min=0), self.n_differences)
-        spent = torch.einsum("bhts,btsd->bhtd", weights, onehot.to(weights.dtype))
+        # keys outside the window (-1) have weight 0, so any entry serves them. A scatter-add
+        # over the keys, summed in fp32 (bf16 weights under autocast): a quarter of the time of
+        # a one-hot einsum, forward and backward (docs/notes/abacus_length.md)
+        entries = differences.clamp(min=0)[:, None].expand(B, H, T, S)
+        spent = weights.new_zeros((B, H, T, self.n_differences), dtype=torch.float32)
+        spent = spent.scatter_add_(3, entries, weights.float()).to(weights.dtype)
         table = self.values.view(M, H, self.n_differences, self.head_dim)
         return spent @ table.repeat_interleave(B // M, dim=0).to(weights.dtype)
 
