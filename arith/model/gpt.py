@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
@@ -88,25 +89,32 @@ class CausalSelfAttention(nn.Module):
             n_keys = cache.positions(T, x.device).float() + 1
             q = (q.float() * n_keys.log()[:, None]).to(q.dtype)
         k, v = cache.write(layer, k, v)  # (B, nh, S, hs): the cached keys, new included
-        if differences is not None and self._reads_window_only(cache, T, k.shape[2]):
+        visible = cache.visible(T)  # None: the causal mask (a static cache's: its filled keys)
+        if differences is not None and self._reads_window_only(visible, k.shape[2]):
             y = self._window_attention(q, k, v, differences)  # (B, nh, T, hs)
         else:
-            bias = relative_values = None
-            if differences is not None:
-                bias = self.abacus_bias(differences)  # (B, nh, T, S)
-                if self.abacus_bias.values is not None:
-                    relative_values = partial(self.abacus_bias.read_values, differences=differences)
+            bias, relative_values = self._abacus_reads(differences)
             rates = dropout if self.training else (0.0,)
-            y = attention(q, k, v, rates, bias, relative_values, cache.visible(T))
+            y = attention(q, k, v, rates, bias, relative_values, visible)
         y = y.transpose(1, 2).reshape(*lead, T, C)  # heads side by side again
         return member_dropout(self.proj(y), dropout, self.training)
 
-    def _reads_window_only(self, cache: Cache, T: int, S: int) -> bool:
+    def _abacus_reads(self, differences: Tensor | None) -> tuple[Tensor | None, Callable | None]:
+        """What attention adds for ``abacus_bias`` at ``differences`` (B, T, S): the bias (B, nh,
+        T, S) and, with ``abacus_bias_values``, the relative values' reader; (None, None) for
+        other positions."""
+        if differences is None:
+            return None, None
+        values = self.abacus_bias.values is not None
+        read = partial(self.abacus_bias.read_values, differences=differences) if values else None
+        return self.abacus_bias(differences), read
+
+    def _reads_window_only(self, visible: Tensor | None, S: int) -> bool:
         """Whether attention runs over each query's windowed keys alone (``_window_attention``):
-        evaluation of a windowed ``abacus_bias`` model through the dynamic cache, from
-        ``WINDOW_MIN_KEYS`` keys on. Training keeps the dense path (short sequences, and its
-        gradients); a static cache's fixed shapes (a CUDA graph) do too."""
-        if not self.cfg.abacus_bias_window or self.training or cache.visible(T) is not None:
+        evaluation of a windowed ``abacus_bias`` model through the dynamic cache (``visible``
+        None), from ``WINDOW_MIN_KEYS`` keys on. Training keeps the dense path (short
+        sequences, and its gradients); a static cache's fixed shapes (a CUDA graph) do too."""
+        if not self.cfg.abacus_bias_window or self.training or visible is not None:
             return False
         return S >= WINDOW_MIN_KEYS
 
@@ -117,10 +125,7 @@ class CausalSelfAttention(nn.Module):
         B, nh, T, hs = q.shape
         differences, k, v = positions.window_keys(differences, k, v, k.shape[2] - T)
         q = q.transpose(1, 2).reshape(B * T, nh, 1, hs)  # each query its own row
-        relative_values = None
-        if self.abacus_bias.values is not None:
-            relative_values = partial(self.abacus_bias.read_values, differences=differences)
-        y = attention(q, k, v, (0.0,), self.abacus_bias(differences), relative_values)
+        y = attention(q, k, v, (0.0,), *self._abacus_reads(differences))
         return y.view(B, T, nh, hs).transpose(1, 2)
 
 

@@ -32,7 +32,6 @@ class WeightAverage:
         self.params = params
         self.decays = [0.0 if d is None else d for d in decays]
         self.average = [torch.zeros_like(p) for p in params]
-        self.n_members = len(decays)
 
     def weights(self, members: list[int]) -> list[float]:
         """Each member's weight of its new weights in its average: 1 - decay for the listed
@@ -43,7 +42,7 @@ class WeightAverage:
     @torch.no_grad()
     def update(self, members: list[int]) -> None:
         """Fold the listed members' weights after their step into their averages."""
-        if self.n_members == 1:
+        if len(self.decays) == 1:
             if members:
                 for average, p in zip(self.average, self.params, strict=True):
                     average.lerp_(p, 1.0 - self.decays[0])
