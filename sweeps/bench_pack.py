@@ -336,4 +336,4 @@ def run_pack_eval_bench(sizes: list[str], packs: list[int], device: str, repeats
                     member_run.step_metrics(view, m.dataset, where, m.train_sample, done)
                 together.append(time.perf_counter() - t0)
             a, b = statistics.median(alone), statistics.median(together)
-            print(f"{size:>5} {n:>5} {a:>8.2f} {b:>9.2f} {a / b:>6.2f}", flush=True)
+            print(f"{size:>5} {n:>5} {a:>8.4f} {b:>9.4f} {a / b:>6.2f}", flush=True)

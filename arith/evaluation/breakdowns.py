@@ -27,17 +27,21 @@ def set_metric_names(
     reference_differs: bool,
     lengths: Iterable[int],
     max_chain: int,
+    decoded: bool = True,
 ) -> set[str]:
     """Every key ``evaluate_set`` can return for a set of ``task`` problems in ``format_name``,
     with longest operands of ``lengths`` digits and carry chains up to ``max_chain``.
 
     ``reference_differs``: the answers are expected in another format (the ``ood`` set). A
     superset: a breakdown appears only where the set holds such problems. The same rules as
-    ``evaluate_set`` and ``_breakdowns``, so the two cannot disagree.
+    ``evaluate_set`` and ``_breakdowns``, so the two cannot disagree. ``decoded=False``: a set
+    measured without decoding (``evaluate_set(decode=False)``), without the text's metrics.
     """
     lengths = list(lengths)
-    names = {"exact_match", "short_answers"}
-    if reports_normalised(format_name, reference_differs):
+    names = {"exact_match"}
+    if decoded:
+        names.add("short_answers")
+    if decoded and reports_normalised(format_name, reference_differs):
         names.add("normalised_match")
     if not reference_differs:
         names |= {"loss", "token_accuracy"}
@@ -50,7 +54,7 @@ def set_metric_names(
         names |= {_chain_key(task, symbol, c) for c in chains} | {_cascade_key(task, symbol)}
     if _by_length(task):
         names |= {_length_key(n) for n in lengths}
-    if by_digit(task):
+    if decoded and by_digit(task):
         widest = tasks.max_answer_digits(task, max(lengths))
         names |= {_digit_key(i) for i in range(widest)}
     return names

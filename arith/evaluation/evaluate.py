@@ -97,20 +97,29 @@ def teacher_forced(
 ) -> dict[str, float]:
     """Answer-token loss and accuracy with the true answer fed in (no decoding), over the tokens
     the training loss counts (``format.mask_first_n`` skips the same first answer tokens)."""
-    return teacher_forced_members(model, fmt, problems, device, batch_size, encoded)[0]
+    return forced_members(model, fmt, problems, device, batch_size, encoded)[0][0]
 
 
 @torch.no_grad()
-def teacher_forced_members(
+def forced_members(
     model: GPT,
     fmt: Format,
     problems: Problems,
     device: torch.device,
     batch_size: int = 256,
     encoded: Encoded | None = None,
-) -> list[dict[str, float]]:
+) -> tuple[list[dict[str, float]], np.ndarray]:
     """``teacher_forced`` of each member of a packed model, measured in one batch of M blocks
-    of rows (the same problems in each); read from the device once, at the end."""
+    of rows (the same problems in each) and read from the device once, at the end; and, per
+    member, which rows it gets entirely right: (M, N) bool, every scored answer token and EOS
+    the argmax given the true prefix.
+
+    That is greedy decoding's exact match, without decoding: a greedy decoder that has
+    written the answer's first i tokens right sees the prefix teacher forcing feeds, so it
+    writes the whole answer and EOS exactly where every argmax here is right, and goes astray
+    at the first one that is not (the tokens ``format.mask_first_n`` skips are fed in both).
+    Rows are taken in order of length and each chunk cut to its longest row, so a set of long
+    and short answers is not padded to its longest throughout."""
     encoded = encoded if encoded is not None else fmt.encode(problems)
     loss_mask = encoded.loss_mask(fmt.config.mask_first_n)
     members = members_of(model)
@@ -118,20 +127,31 @@ def teacher_forced_members(
     total_loss = torch.zeros(members, device=device, dtype=loss_sum_dtype(device))
     correct = torch.zeros(members, device=device, dtype=torch.long)
     count = int(loss_mask.sum())  # the same tokens for every member
+    lengths = encoded.prompt_len + encoded.answer_len
+    order = np.argsort(lengths, kind="stable")
+    exact_parts = []
     for start in range(0, len(problems), chunk_rows):
-        rows = encoded.tokens[start : start + chunk_rows]
+        picked = order[start : start + chunk_rows]
+        width = int(lengths[picked].max())
+        rows = encoded.tokens[picked, :width]
         tokens = torch.from_numpy(np.tile(rows, (members, 1))).to(device)
-        mask = torch.from_numpy(np.tile(loss_mask[start : start + chunk_rows], (members, 1)))
+        mask = torch.from_numpy(np.tile(loss_mask[picked, : width - 1], (members, 1)))
         mask = mask.to(device)
         logits, _ = model(tokens[:, :-1])
         targets = tokens[:, 1:]
         losses = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
         total_loss += (losses.to(total_loss.dtype) * mask).view(members, -1).sum(1)
-        correct += ((logits.argmax(-1) == targets) & mask).view(members, -1).sum(1)
-    return [
+        right = logits.argmax(-1) == targets
+        correct += (right & mask).view(members, -1).sum(1)
+        exact_parts.append((right | ~mask).all(1).view(members, -1))
+    exact = np.zeros((members, len(problems)), dtype=bool)
+    if exact_parts:
+        exact[:, order] = torch.cat(exact_parts, 1).cpu().numpy()
+    metrics = [
         {"loss": loss / max(count, 1), "token_accuracy": hits / max(count, 1)}
         for loss, hits in zip(total_loss.tolist(), correct.tolist(), strict=True)
     ]
+    return metrics, exact
 
 
 def loss_sum_dtype(device: torch.device) -> torch.dtype:
@@ -148,6 +168,7 @@ def evaluate_set(
     batch_size: int = 256,
     *,
     breakdowns: bool = True,
+    decode: bool = True,
 ) -> dict[str, float]:
     """Metrics of one evaluation set, keys without the set's prefix.
 
@@ -160,11 +181,15 @@ def evaluate_set(
 
     ``breakdowns=False`` measures ``exact_match`` and, where ``reference`` is ``fmt``, ``loss``
     and ``token_accuracy`` only: the training sample reports no more (``member_run``).
+    ``decode=False`` (``reference`` must be ``fmt``) reads exact match from the teacher-forced
+    pass (``forced_members``: the same rows right as greedy decoding, without its sequential
+    steps) and leaves out what only decoded text gives (short answers, normalised match, digit
+    accuracy): what training's periodic evaluations measure.
     """
     if members_of(model) != 1:
         raise ValueError("evaluate_set measures one model: a pack's members use evaluate_members")
     return evaluate_members(
-        model, fmt, problems, device, reference, batch_size, breakdowns=breakdowns
+        model, fmt, problems, device, reference, batch_size, breakdowns=breakdowns, decode=decode
     )[0]
 
 
@@ -177,15 +202,22 @@ def evaluate_members(
     batch_size: int = 256,
     *,
     breakdowns: bool = True,
+    decode: bool = True,
 ) -> list[dict[str, float]]:
     """``evaluate_set`` of each member of a packed model (one model: a list of one), the
     members decoded together in one batch (``generate_member_ids``)."""
-    was_training = model.training
-    model.eval()
     reference = reference or fmt
     if reference.vocab != fmt.vocab:
         raise ValueError("exact match compares token ids: the formats must share a vocabulary")
+    if not decode and reference is not fmt:
+        raise ValueError("exact match without decoding needs the answers in the prompt's format")
+    was_training = model.training
+    model.eval()
     encoded = fmt.encode(problems)  # once per format: every metric below reads these rows
+    if not decode:
+        out = _forced_metrics(model, fmt, problems, device, batch_size, encoded, breakdowns)
+        model.train(was_training)
+        return out
     answers = encoded if reference is fmt else reference.encode(problems)
     every_generated = generate_member_ids(
         model,
@@ -199,7 +231,7 @@ def evaluate_members(
     )
     forced = [{}] * members_of(model)
     if reference is fmt:
-        forced = teacher_forced_members(model, fmt, problems, device, batch_size, encoded)
+        forced = forced_members(model, fmt, problems, device, batch_size, encoded)[0]
     expected = answer_ids(reference, problems, answers)
     out = []
     for generated, member_forced in zip(every_generated, forced, strict=True):
@@ -216,6 +248,27 @@ def evaluate_members(
                 metrics.update(digit_accuracy(got, problems, reference, fed))
         out.append(metrics)
     model.train(was_training)
+    return out
+
+
+def _forced_metrics(
+    model: GPT,
+    fmt: Format,
+    problems: Problems,
+    device: torch.device,
+    batch_size: int,
+    encoded: Encoded,
+    breakdowns: bool,
+) -> list[dict[str, float]]:
+    """``evaluate_members(decode=False)``: exact match, loss, token accuracy and the
+    breakdowns of exact match, all from one teacher-forced pass."""
+    forced, exact = forced_members(model, fmt, problems, device, batch_size, encoded)
+    out = []
+    for member_exact, member_forced in zip(exact, forced, strict=True):
+        metrics = {"exact_match": float(member_exact.mean()), **member_forced}
+        if breakdowns:
+            metrics.update(exact_match_breakdowns(problems, member_exact, fmt))
+        out.append(metrics)
     return out
 
 

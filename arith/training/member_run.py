@@ -222,13 +222,17 @@ def _epoch(step: int, tc: TrainConfig, dataset: Dataset) -> float:
 
 def step_metrics(model, dataset: Dataset, device, train_sample, measured: dict) -> dict[str, float]:
     """The training sample's two numbers and the validation set's metrics; ``measured``: what
-    ``measure_together`` measured of them already (``{"train": ..., "val": ...}``)."""
+    ``measure_together`` measured of them already (``{"train": ..., "val": ...}``).
+
+    Both without decoding (``evaluate_set(decode=False)``): greedy decoding's exact match read
+    from one teacher-forced pass. An evaluation that training repeats every few steps then costs
+    one forward pass, not one per answer token; the final sets (``_final_sets``) are decoded."""
     # the training sample reports two numbers: no breakdowns, no text metrics
     train = measured.get("train") or evaluate_set(
-        model, dataset.format, train_sample, device, breakdowns=False
+        model, dataset.format, train_sample, device, breakdowns=False, decode=False
     )
     val = measured.get("val") or evaluate_set(
-        model, dataset.format, dataset.eval_sets["val"], device
+        model, dataset.format, dataset.eval_sets["val"], device, decode=False
     )
     out = {
         "train/exact_match": train["exact_match"],
@@ -240,17 +244,17 @@ def step_metrics(model, dataset: Dataset, device, train_sample, measured: dict) 
 
 def measure_together(packed, members: list[MemberRun], due: list[int], device) -> dict[int, dict]:
     """What ``step_metrics`` measures of a pack's due members, through the packed model, every
-    member's decoding in one batch (``evaluate_members``): the validation set of the members
-    that share it (one dataset), and their training sample where they share it too (one data
-    seed and ``train_eval_size``). Only where at least half the pack shares it, as every member
-    is decoded. ``{member: {"val": metrics, "train": metrics}}``, either part left out where
+    member's teacher-forced pass in one batch (``evaluate_members``): the validation set of the
+    members that share it (one dataset), and their training sample where they share it too (one
+    data seed and ``train_eval_size``). Only where at least half the pack shares it, as every member
+    is measured. ``{member: {"val": metrics, "train": metrics}}``, either part left out where
     the member is measured alone."""
     shared = _sharing_dataset(packed, members, due)
     if not shared:
         return {}
     first = members[shared[0]]
     fmt = first.dataset.format
-    val = evaluate_members(packed, fmt, first.dataset.eval_sets["val"], device)
+    val = evaluate_members(packed, fmt, first.dataset.eval_sets["val"], device, decode=False)
     out = {i: {"val": val[i]} for i in shared}
     # training samples: drawn per data seed; the largest group sharing one decodes together
     keys = [_sample_key(members[i]) for i in shared]
@@ -258,7 +262,7 @@ def measure_together(packed, members: list[MemberRun], due: list[int], device) -
     same_sample = [i for i, key in zip(shared, keys, strict=True) if key == common]
     if len(same_sample) >= 2 and 2 * len(same_sample) >= packed.members:
         sample = members[same_sample[0]].train_sample
-        train = evaluate_members(packed, fmt, sample, device, breakdowns=False)
+        train = evaluate_members(packed, fmt, sample, device, breakdowns=False, decode=False)
         for i in same_sample:
             out[i]["train"] = train[i]
     return out
@@ -278,7 +282,7 @@ def final_sets_together(packed, members: list[MemberRun], ending: list[int], dev
 
 def _sharing_dataset(packed, members: list[MemberRun], chosen: list[int]) -> list[int]:
     """The chosen members that share the first one's dataset, where measuring them together
-    pays: at least two, and at least half the pack (every member of the pack is decoded)."""
+    pays: at least two, and at least half the pack (every member of the pack is measured)."""
     shared = [i for i in chosen if members[i].dataset is members[chosen[0]].dataset]
     if packed.members == 1 or len(shared) < 2 or 2 * len(shared) < packed.members:
         return []
@@ -286,7 +290,7 @@ def _sharing_dataset(packed, members: list[MemberRun], chosen: list[int]) -> lis
 
 
 def train_eval_sample(dataset: Dataset, config: RunConfig):
-    """Training problems decoded at each evaluation; from the data seed: one per split."""
+    """Training problems measured at each evaluation; from the data seed: one per split."""
     tc = config.train
     rng = np.random.default_rng([config.data.resolved_seed(tc.seed), STREAM_TRAIN_SAMPLE])
     pool = dataset.train_pool

@@ -93,6 +93,7 @@ def reported_metrics(config: RunConfig) -> set[str]:
             reference_differs=name == "ood",  # spaced prompts, answers expected as trained
             lengths=lengths,
             max_chain=longest,
+            decoded=name != "val",  # training's periodic evaluations: member_run.step_metrics
         )
         names |= {f"{name}/{key}" for key in keys}
         names |= {f"data/{name}/{key}" for key in DATA_METRICS}
