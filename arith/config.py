@@ -11,6 +11,7 @@ a ``--set`` override, a sweep's search space, an MLflow parameter and a table co
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from arith.model.modelconf import ModelConfig
 from arith.problems.tasks import TaskConfig
 from arith.text.formats import FormatConfig, check_abacus_table
 from arith.training.optimconf import OptimConfig
+from arith.training.reported import evaluated_metrics
 from arith.training.trainconf import TrainConfig
 
 
@@ -89,9 +91,28 @@ class RunConfig:
             f"with n_digits={self.task.n_digits}",
         )
         self.data.check_task(self.task)
+        self._check_monitor()
         if pos == "abacus":
             longest = self.data.longest_operand(self.task)
             check_abacus_table(self.format, self.task, self.model.abacus_max_k, longest)
+
+    def _check_monitor(self) -> None:
+        """``train.monitor`` must be something every evaluation reports: one never reported
+        would leave early stopping, the target and the best weights silently unused."""
+        monitor = self.train.monitor
+        evaluated = evaluated_metrics(self)
+        if monitor in evaluated:
+            return
+        as_val = "val/" + monitor.split("/", 1)[-1]  # test/exact_match: val/exact_match
+        near = [as_val] if as_val in evaluated else difflib.get_close_matches(monitor, evaluated)
+        hint = f"did you mean {near[0]}? " if near else ""
+        main = "train/loss, train/exact_match, val/exact_match, val/loss, val/token_accuracy"
+        raise ConfigError(
+            "train.monitor",
+            f"{monitor!r} is not reported at every evaluation; {hint}one of {main} or a "
+            f"val/exact_match breakdown ({len(evaluated)} names for this task); the final "
+            "sets (test/, edge/, ...) are measured once, at the end",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataconf.to_dict(self)

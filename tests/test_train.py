@@ -261,6 +261,32 @@ def test_out_of_range_train_keys_are_config_errors(override):
         config_lib.load(None, [override])
 
 
+@pytest.mark.parametrize(
+    ("monitor", "suggested"),
+    [
+        ("val/exact_matc", "val/exact_match"),  # a typo
+        ("test/exact_match", "val/exact_match"),  # measured once, at the end
+        ("val/short_answers", None),  # the text's metric: the final sets only
+    ],
+)
+def test_a_monitor_no_evaluation_reports_is_refused(monitor, suggested):
+    """Early stopping, the target and the best weights follow the monitor at every evaluation:
+    one never reported would leave them unused without a word."""
+    with pytest.raises(config_lib.ConfigError, match=r"^train\.monitor: ") as err:
+        config_lib.load(None, [f"train.monitor={monitor}", "train.target=0.9"])
+    assert repr(monitor) in str(err.value)
+    assert (f"did you mean {suggested}?" in str(err.value)) == (suggested is not None)
+
+
+@pytest.mark.parametrize(
+    "monitor", ["val/exact_match", "val/loss", "train/exact_match", "val/exact_match/carry_1"]
+)
+def test_a_monitor_every_evaluation_reports_is_taken(monitor):
+    reported = []
+    train(tiny(f"train.monitor={monitor}", "train.max_steps=10"), reported.append)
+    assert monitor in reported[1]  # the first evaluation after step 0
+
+
 def test_under_early_stopping_every_final_figure_comes_from_the_kept_weights(tmp_path):
     """val/ at the end is measured on the weights the run keeps (and tests), not on the last
     ones: a sweep that ranks trials on val/ ranks the models it reports. lr 3e-2 overshoots,

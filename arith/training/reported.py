@@ -54,13 +54,33 @@ SPLIT_PAIRS = (("test", "val"),)
 val_overlap``. (Every set's overlap with training is ``data/<set>/train_overlap``.)"""
 
 
+EVALUATED_TRAIN = ("train/loss", "train/exact_match", "train/token_accuracy")
+"""What every evaluation reports of training besides the validation set's metrics."""
+
+
+def evaluated_metrics(config: RunConfig) -> set[str]:
+    """Names every evaluation during training reports, which ``train.monitor`` (early stopping,
+    the target, the best weights) can follow: the training loss and sample, and the validation
+    set's metrics as ``member_run.step_metrics`` measures them (not decoded)."""
+    task, data = config.task, config.data
+    val = set_metric_names(
+        task,
+        config.format.name,
+        reference_differs=False,
+        lengths=range(1, task.n_digits + 1),
+        max_chain=data.longest_operand(task),
+        decoded=False,
+    )
+    return {*EVALUATED_TRAIN, *(f"val/{key}" for key in val)}
+
+
 def reported_metrics(config: RunConfig) -> set[str]:
     """Names of the metrics ``train`` reports or returns for this config (to validate sweeps).
 
     Each set's names come from ``arith.evaluation.breakdowns.set_metric_names``, the rules the
     evaluation itself follows; the sets are those ``arith.data.dataset.build_dataset`` adds.
     """
-    names = {"step", "epoch", "lr", "train/loss", "train/exact_match", "train/token_accuracy"}
+    names = {"step", "epoch", "lr", *EVALUATED_TRAIN}
     names |= {"time/elapsed_s", *PERF_METRICS}
     names |= {key for key in SUMMARY_KEYS if not key.startswith("best/")}
     names.add("best/" + config.train.monitor)

@@ -48,7 +48,8 @@ class TrainConfig:
     """Training problems decoded at each evaluation for ``train/exact_match``."""
     monitor: str = "val/exact_match"
     """Metric for early stopping, ``target`` and the best checkpoint; higher is better unless it
-    is a loss."""
+    is a loss. One that every evaluation reports (``arith.training.reported.evaluated_metrics``:
+    ``train/`` and ``val/`` as measured in training); any other name is refused."""
     patience: int | None = None
     """Stop after this many evaluations without improvement of ``monitor``; ``None``: never."""
     min_delta: float = 0.0
