@@ -23,11 +23,11 @@ from arith import dataconf
 from arith.data import length_grid, length_probe
 from arith.data.dataset import DataConfig
 from arith.errors import ConfigError, require
+from arith.evaluation.breakdowns import evaluated_metrics
 from arith.model.modelconf import ModelConfig
 from arith.problems.tasks import TaskConfig
 from arith.text.formats import FormatConfig, check_abacus_table
 from arith.training.optimconf import OptimConfig
-from arith.training.reported import evaluated_metrics
 from arith.training.trainconf import TrainConfig
 
 
@@ -100,7 +100,8 @@ class RunConfig:
         """``train.monitor`` must be something every evaluation reports: one never reported
         would leave early stopping, the target and the best weights silently unused."""
         monitor = self.train.monitor
-        evaluated = evaluated_metrics(self)
+        longest = self.data.longest_operand(self.task)
+        evaluated = evaluated_metrics(self.task, self.format.name, longest)
         if monitor in evaluated:
             return
         as_val = "val/" + monitor.split("/", 1)[-1]  # test/exact_match: val/exact_match

@@ -153,8 +153,11 @@ def test_worker_killed_in_a_pack(tmp_path):
     lines = result_lines(experiment_dir)
     assert list(lines) == [victim]  # one Tune trial: the pack
     steps = [line["step"] for line in lines[victim] if "step" in line]
-    assert steps.count(0) == 1 and steps[-1] == 60, steps
-    assert {line["pid"] for line in lines[victim]} - {pid}, "no retry in a new worker"
+    # Tune may start the trial's result.json afresh at the restore (seen once in CI: [30, 40,
+    # 50, 60]); what matters is that the retry, in a new worker, resumed past step 0
+    retried = [line["step"] for line in lines[victim] if "step" in line and line["pid"] != pid]
+    assert retried, "no retry in a new worker"
+    assert 0 not in retried and steps.count(0) <= 1 and steps[-1] == 60, steps
 
     pairs = _assert_two_finished_one_diverged(uri)
     trials = pd.read_csv(tmp_path / "out" / "faults" / "trials.csv")

@@ -60,6 +60,25 @@ def set_metric_names(
     return names
 
 
+EVALUATED_TRAIN = ("train/loss", "train/exact_match", "train/token_accuracy")
+"""What every evaluation during training reports of training, beside the validation set."""
+
+
+def evaluated_metrics(task: tasks.TaskConfig, format_name: str, max_chain: int) -> set[str]:
+    """Names every evaluation during training reports, which ``train.monitor`` (early stopping,
+    the target, the best weights) can follow: the training loss and sample, and the validation
+    set's metrics as ``arith.training.member_run.step_metrics`` measures them (not decoded)."""
+    val = set_metric_names(
+        task,
+        format_name,
+        reference_differs=False,
+        lengths=range(1, task.n_digits + 1),
+        max_chain=max_chain,
+        decoded=False,
+    )
+    return {*EVALUATED_TRAIN, *(f"val/{key}" for key in val)}
+
+
 def reports_normalised(format_name: str, reference_differs: bool) -> bool:
     """Normalised match says something only where spacing can differ from the expected text."""
     return reference_differs or format_name == "spaced"

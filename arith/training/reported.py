@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from arith.data import length_grid, length_probe
 from arith.data.dataset import DATA_METRICS
-from arith.evaluation.breakdowns import set_metric_names
+from arith.evaluation.breakdowns import EVALUATED_TRAIN, set_metric_names
 from arith.problems import tasks
 
 if TYPE_CHECKING:
@@ -52,26 +52,6 @@ PERF_METRICS = (
 SPLIT_PAIRS = (("test", "val"),)
 """Evaluation sets that are splits of one space and must share no problem: ``data/test/
 val_overlap``. (Every set's overlap with training is ``data/<set>/train_overlap``.)"""
-
-
-EVALUATED_TRAIN = ("train/loss", "train/exact_match", "train/token_accuracy")
-"""What every evaluation reports of training besides the validation set's metrics."""
-
-
-def evaluated_metrics(config: RunConfig) -> set[str]:
-    """Names every evaluation during training reports, which ``train.monitor`` (early stopping,
-    the target, the best weights) can follow: the training loss and sample, and the validation
-    set's metrics as ``member_run.step_metrics`` measures them (not decoded)."""
-    task, data = config.task, config.data
-    val = set_metric_names(
-        task,
-        config.format.name,
-        reference_differs=False,
-        lengths=range(1, task.n_digits + 1),
-        max_chain=data.longest_operand(task),
-        decoded=False,
-    )
-    return {*EVALUATED_TRAIN, *(f"val/{key}" for key in val)}
 
 
 def reported_metrics(config: RunConfig) -> set[str]:

@@ -45,11 +45,11 @@ class TrainConfig:
     eval_every: int = 250
     """Steps between evaluations (and reports and checkpoints)."""
     train_eval_size: int = 512
-    """Training problems decoded at each evaluation for ``train/exact_match``."""
+    """Training problems measured at each evaluation for ``train/exact_match``."""
     monitor: str = "val/exact_match"
     """Metric for early stopping, ``target`` and the best checkpoint; higher is better unless it
-    is a loss. One that every evaluation reports (``arith.training.reported.evaluated_metrics``:
-    ``train/`` and ``val/`` as measured in training); any other name is refused."""
+    is a loss. One that every evaluation reports (``train/`` and ``val/`` as measured in
+    training: ``arith.evaluation.breakdowns.evaluated_metrics``); any other name is refused."""
     patience: int | None = None
     """Stop after this many evaluations without improvement of ``monitor``; ``None``: never."""
     min_delta: float = 0.0
