@@ -11,7 +11,7 @@ from arith import config as config_lib
 from arith.data.dataset import build_dataset
 from arith.evaluation.evaluate import evaluate_set, exact_rows, forced_members
 from arith.predict import load_model
-from arith.training.trainer import train
+from arith.training.trainer import build_model, train
 
 SMALL = ["model.d_model=32", "model.n_layer=1", "train.batch_size=64", "optim.lr=3e-3"]
 SETS = ["data.val_size=300", "data.test_size=300"]
@@ -60,8 +60,6 @@ def test_exact_match_without_decoding_needs_the_prompt_s_own_answer_format():
     config = config_lib.load(None, [*SMALL, "data.ood_spacing=true", "train.max_steps=1"])
     data = config.data
     dataset = build_dataset(config.task, config.format, data, data.resolved_seed(config.train.seed))
-    from arith.training.trainer import build_model
-
     model = build_model(config, dataset)
     with pytest.raises(ValueError, match="without decoding"):
         evaluate_set(

@@ -256,7 +256,7 @@ def measure_together(packed, members: list[MemberRun], due: list[int], device) -
     fmt = first.dataset.format
     val = evaluate_members(packed, fmt, first.dataset.eval_sets["val"], device, decode=False)
     out = {i: {"val": val[i]} for i in shared}
-    # training samples: drawn per data seed; the largest group sharing one decodes together
+    # training samples: drawn per data seed; the largest group sharing one is measured together
     keys = [_sample_key(members[i]) for i in shared]
     common = max(set(keys), key=keys.count)
     same_sample = [i for i, key in zip(shared, keys, strict=True) if key == common]
